@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# One-time (and idempotent) setup of a Debian 12 machine for mt_asyncio:
+# Debian packages for the build, then pybind11 and pytest in the chosen
+# interpreter. The interpreter is found by tools/find_python.sh; set
+# MT_PYTHON to pick one. This script never builds or downloads CPython.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(
+  bazel-bootstrap          # Bazel 4.2.3; offline shims live in third_party/
+  g++ pkg-config
+  libabsl-dev              # Abseil
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  android-libboringssl-dev # BoringSSL for the runtime's TLS engine
+  libbenchmark-dev libgtest-dev libgmock-dev
+)
+PIP_PACKAGES=("pybind11>=3.0" "pytest>=8")
+
+missing=()
+for pkg in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: Debian packages already installed"
+fi
+
+if ! found=$(tools/find_python.sh); then
+  echo "setup: no CPython >= 3.13 found. Install one (a free-threaded 3.14t" >&2
+  echo "       for parallel tasks) and point MT_PYTHON at it, or put it on PATH." >&2
+  exit 1
+fi
+read -r python version free_threaded <<<"$found"
+
+# pip may be missing in a fresh interpreter; ensurepip works offline.
+"$python" -m pip --version >/dev/null 2>&1 || "$python" -m ensurepip --upgrade
+if ! "$python" - <<'PY' 2>/dev/null
+import importlib.metadata as md
+ok = int(md.version("pybind11").split(".")[0]) >= 3 and int(md.version("pytest").split(".")[0]) >= 8
+raise SystemExit(0 if ok else 1)
+PY
+then
+  echo "setup: installing ${PIP_PACKAGES[*]} into $python"
+  "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}"
+fi
+
+gil=$("$python" -c 'import sys; print("enabled" if getattr(sys, "_is_gil_enabled", lambda: True)() else "disabled")')
+echo "setup: interpreter $python (CPython $version, $([ "$free_threaded" = 1 ] && echo free-threaded || echo GIL build), GIL $gil)"
+if [ "$free_threaded" != 1 ]; then
+  echo "setup: note: this is not a free-threaded build; tasks will not step in parallel"
+  echo "       and free-threaded-only tests are skipped. See README.md."
+fi
