@@ -2,7 +2,7 @@
 
 #include <atomic>
 
-#include "absl/synchronization/notification.h"
+#include "runtime/testing/notification.h"
 #include "benchmark/benchmark.h"
 #include "runtime/scheduler/injector.h"
 #include "runtime/scheduler/worker_pool.h"
@@ -34,13 +34,13 @@ void BM_SpawnAndRun(benchmark::State& state) {
   }
   for (auto _ : state) {
     std::atomic<int> left{kBatch};
-    absl::Notification done;
+    testing::Notification done;
     for (int i = 0; i < kBatch; ++i) {
       (void)pool.Spawn([&] {
         if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) done.Notify();
       });
     }
-    done.WaitForNotification();
+    done.WaitFor(std::chrono::minutes(1));
   }
   pool.Shutdown();
   state.SetItemsProcessed(state.iterations() * kBatch);

@@ -1,8 +1,10 @@
 #include "runtime/runtime.h"
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
-#include "absl/synchronization/notification.h"
+#include "runtime/testing/notification.h"
 #include "gtest/gtest.h"
 
 namespace mt::runtime {
@@ -40,14 +42,14 @@ TEST(RuntimeTest, SnapshotReportsWorkersAndWork) {
   ASSERT_TRUE(rt.Start().ok());
   constexpr int kUnits = 1000;
   std::atomic<int> ran{0};
-  absl::Notification all_ran;
+  testing::Notification all_ran;
   for (int i = 0; i < kUnits; ++i) {
     ASSERT_TRUE(rt.Spawn([&] {
                     if (ran.fetch_add(1) + 1 == kUnits) all_ran.Notify();
                   })
                     .ok());
   }
-  ASSERT_TRUE(all_ran.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(all_ran.WaitFor(std::chrono::seconds(10)));
   const admin::RuntimeSnapshot snap = rt.Snapshot();
   EXPECT_EQ(snap.state, RuntimeState::kRunning);
   EXPECT_EQ(snap.worker_threads, 2u);
@@ -71,16 +73,16 @@ TEST(RuntimeTest, SnapshotFromAnotherThreadWhileWorkersAreBusy) {
   config.worker_threads = 2;
   Runtime rt(config);
   ASSERT_TRUE(rt.Start().ok());
-  absl::Notification release;
+  testing::Notification release;
   std::atomic<int> busy{0};
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(rt.Spawn([&] {
                     busy.fetch_add(1);
-                    release.WaitForNotificationWithTimeout(absl::Seconds(10));
+                    release.WaitFor(std::chrono::seconds(10));
                   })
                     .ok());
   }
-  while (busy.load() < 2) absl::SleepFor(absl::Milliseconds(1));
+  while (busy.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // Both workers are blocked: the snapshot must still answer.
   const admin::RuntimeSnapshot snap = rt.Snapshot();
   EXPECT_EQ(snap.live_workers, 2u);

@@ -5,14 +5,15 @@
 namespace mt::runtime::scheduler {
 
 bool Injector::Push(Unit& unit) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return false;
   queue_.push_back(std::move(unit));
+  ready_.notify_one();
   return true;
 }
 
 std::optional<Unit> Injector::TryPop() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (queue_.empty()) return std::nullopt;
   Unit unit = std::move(queue_.front());
   queue_.pop_front();
@@ -20,17 +21,18 @@ std::optional<Unit> Injector::TryPop() {
 }
 
 void Injector::Close() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
+  ready_.notify_all();
 }
 
 bool Injector::closed() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return closed_;
 }
 
 std::size_t Injector::size() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return queue_.size();
 }
 

@@ -1,11 +1,12 @@
 #ifndef MT_RUNTIME_SCHEDULER_INJECTOR_H_
 #define MT_RUNTIME_SCHEDULER_INJECTOR_H_
 
+#include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <mutex>
 #include <optional>
 
-#include "absl/synchronization/mutex.h"
 #include "runtime/scheduler/unit.h"
 
 namespace mt::runtime::scheduler {
@@ -13,6 +14,8 @@ namespace mt::runtime::scheduler {
 // The global FIFO queue through which work enters the pool from outside the
 // workers. Multi-producer, multi-consumer; guarded by one mutex because it
 // is off the per-worker fast path (workers will prefer their local queues).
+// std::mutex rather than absl::Mutex: Debian's Abseil is not built with the
+// sanitizers, and TSan must see every lock the scheduler takes.
 class Injector {
  public:
   // Returns false (and drops nothing: the unit is handed back) once closed.
@@ -30,29 +33,26 @@ class Injector {
   std::size_t size() const;
 
  private:
-  mutable absl::Mutex mu_;
-  std::deque<Unit> queue_ ABSL_GUARDED_BY(mu_);
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  mutable std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<Unit> queue_;  // Guarded by mu_.
+  bool closed_ = false;     // Guarded by mu_.
 };
 
 template <typename Before, typename After>
 std::optional<Unit> Injector::PopOrWait(Before&& before_wait,
                                         After&& after_wait) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   while (queue_.empty() && !closed_) {
     // Detach hooks must not run under our lock (they may block on the
     // interpreter), so release it around them.
-    mu_.Unlock();
+    lock.unlock();
     before_wait();
-    mu_.Lock();
-    mu_.Await(absl::Condition(
-        +[](Injector* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-          return !self->queue_.empty() || self->closed_;
-        },
-        this));
-    mu_.Unlock();
+    lock.lock();
+    ready_.wait(lock, [this] { return !queue_.empty() || closed_; });
+    lock.unlock();
     after_wait();
-    mu_.Lock();
+    lock.lock();
   }
   if (queue_.empty()) return std::nullopt;
   Unit unit = std::move(queue_.front());

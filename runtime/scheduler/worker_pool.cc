@@ -38,7 +38,7 @@ WorkerPool::WorkerPool(std::size_t workers, std::string thread_name_prefix,
 WorkerPool::~WorkerPool() { Shutdown(); }
 
 absl::Status WorkerPool::Start() {
-  absl::MutexLock lock(&lifecycle_mu_);
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
   if (started_) return absl::FailedPreconditionError("pool already started");
   if (shut_down_) return absl::FailedPreconditionError("pool is shut down");
   if (stats_.empty()) {
@@ -54,7 +54,7 @@ absl::Status WorkerPool::Start() {
 
 absl::Status WorkerPool::Spawn(Unit unit) {
   {
-    absl::ReaderMutexLock lock(&lifecycle_mu_);
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
     if (!started_) return absl::FailedPreconditionError("pool not started");
   }
   if (!injector_.Push(unit)) {
@@ -71,7 +71,7 @@ void WorkerPool::Shutdown() {
   if (IsWorkerThread()) return;
   std::vector<std::thread> threads;
   {
-    absl::MutexLock lock(&lifecycle_mu_);
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
     if (shut_down_) return;
     shut_down_ = true;
     threads.swap(threads_);

@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "runtime/scheduler/injector.h"
 #include "runtime/scheduler/unit.h"
 
@@ -78,10 +78,10 @@ class WorkerPool {
   std::vector<std::unique_ptr<WorkerStats>> stats_;
   std::atomic<std::size_t> live_workers_{0};
 
-  absl::Mutex lifecycle_mu_;
-  bool started_ ABSL_GUARDED_BY(lifecycle_mu_) = false;
-  bool shut_down_ ABSL_GUARDED_BY(lifecycle_mu_) = false;
-  std::vector<std::thread> threads_ ABSL_GUARDED_BY(lifecycle_mu_);
+  std::mutex lifecycle_mu_;
+  bool started_ = false;              // Guarded by lifecycle_mu_.
+  bool shut_down_ = false;            // Guarded by lifecycle_mu_.
+  std::vector<std::thread> threads_;  // Guarded by lifecycle_mu_.
 };
 
 }  // namespace mt::runtime::scheduler

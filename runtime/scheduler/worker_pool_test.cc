@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
+#include "runtime/testing/notification.h"
 #include "gtest/gtest.h"
 
 namespace mt::runtime::scheduler {
@@ -15,7 +15,7 @@ namespace {
 
 using std::chrono::seconds;
 
-constexpr absl::Duration kWait = absl::Seconds(10);
+constexpr std::chrono::milliseconds kWait = std::chrono::seconds(10);
 
 TEST(WorkerPoolTest, RunsEverySpawnedUnitExactlyOnce) {
   constexpr int kUnits = 20000;
@@ -72,9 +72,9 @@ TEST(WorkerPoolTest, HooksRunOnEveryWorkerThread) {
   {
     WorkerPool pool(kWorkers, "test", std::move(hooks));
     ASSERT_TRUE(pool.Start().ok());
-    absl::Notification ran;
+    testing::Notification ran;
     ASSERT_TRUE(pool.Spawn([&] { ran.Notify(); }).ok());
-    ASSERT_TRUE(ran.WaitForNotificationWithTimeout(kWait));
+    ASSERT_TRUE(ran.WaitFor(kWait));
     pool.Shutdown();
   }
   EXPECT_EQ(started, (std::set<std::size_t>{0, 1, 2}));
@@ -90,13 +90,13 @@ TEST(WorkerPoolTest, UnitsRunOnWorkerThreads) {
   ASSERT_TRUE(pool.Start().ok());
   EXPECT_FALSE(pool.IsWorkerThread());
   std::atomic<bool> on_worker{false};
-  absl::Notification done;
+  testing::Notification done;
   ASSERT_TRUE(pool.Spawn([&] {
                     on_worker = pool.IsWorkerThread();
                     done.Notify();
                   })
                   .ok());
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(done.WaitFor(kWait));
   EXPECT_TRUE(on_worker.load());
 }
 
@@ -119,13 +119,13 @@ TEST(WorkerPoolTest, ZeroWorkersIsInvalid) {
 TEST(WorkerPoolTest, ShutdownFromAWorkerStopsIntakeWithoutDeadlock) {
   WorkerPool pool(2, "test", {});
   ASSERT_TRUE(pool.Start().ok());
-  absl::Notification done;
+  testing::Notification done;
   ASSERT_TRUE(pool.Spawn([&] {
                     pool.Shutdown();
                     done.Notify();
                   })
                   .ok());
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(done.WaitFor(kWait));
   EXPECT_EQ(pool.Spawn([] {}).code(), absl::StatusCode::kFailedPrecondition);
   pool.Shutdown();  // The outside caller joins.
   EXPECT_EQ(pool.live_workers(), 0u);
