@@ -128,6 +128,7 @@ python_configure = repository_rule(
     attrs = {
         "_finder": attr.label(default = Label("//tools:find_python.sh")),
     },
+    configure = True,  # `bazel sync --configure` re-runs it.
     environ = ["MT_PYTHON", "PATH", "PYENV_ROOT", "HOME"],
     local = True,
 )

@@ -1,0 +1,59 @@
+"""Backends: where a workload's top-level coroutines run.
+
+Each backend is ``run(factories, threads) -> per_thread_counts``: it runs
+every coroutine to completion and returns how many coroutines each OS thread
+completed (the balance column of the report).
+"""
+
+import asyncio
+import threading
+
+
+def _run_on_one_loop(aio, factories):
+    async def main():
+        await aio.gather(*(f() for f in factories))
+    aio.run(main())
+
+
+def run_asyncio(factories, threads):
+    """stdlib asyncio: one loop on the calling thread (threads must be 1)."""
+    if threads != 1:
+        raise ValueError("the asyncio backend runs one loop; threads must be 1")
+    _run_on_one_loop(asyncio, factories)
+    return [len(factories)]
+
+
+def run_asyncio_multiloop(factories, threads):
+    """stdlib asyncio, one loop per thread, coroutines partitioned up front."""
+    shares = [factories[i::threads] for i in range(threads)]
+    errors = []
+
+    def worker(share):
+        try:
+            _run_on_one_loop(asyncio, share)
+        except BaseException as exc:  # Reported after join, not swallowed.
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(s,)) for s in shares]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [len(s) for s in shares]
+
+
+# mt_asyncio's parallel loop joins this table once it exists; until then
+# mt_asyncio.asyncio forwards to stdlib asyncio and a row for it would
+# measure stdlib under another name.
+BACKENDS = {
+    "asyncio": run_asyncio,
+    "asyncio-multiloop": run_asyncio_multiloop,
+}
+
+SINGLE_THREADED = {"asyncio"}
+
+# Backends that run on mt_asyncio._core; the driver refuses to measure them
+# on a debug or sanitizer build of the extension.
+USES_EXTENSION = set()

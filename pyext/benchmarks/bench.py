@@ -1,0 +1,181 @@
+"""mt_asyncio's benchmark driver: ``bazel run //pyext:bench -- [options]``.
+
+Runs each (backend, workload, threads) cell in a fresh subprocess, one
+warm-up then ``--repeats`` counted runs, and prints one table of medians,
+spreads and ratios against stdlib asyncio measured in the same run. Method:
+BENCHMARKS.md and docs/benchmarks.md.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import sysconfig
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import backends  # noqa: E402
+import workloads  # noqa: E402
+
+
+def _gil_enabled():
+    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+def interpreter_facts():
+    facts = {
+        "executable": sys.executable,
+        "version": platform.python_version(),
+        "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+        "debug_build": bool(sysconfig.get_config_var("Py_DEBUG")),
+        "gil_enabled": _gil_enabled(),
+    }
+    try:
+        import mt_asyncio
+        facts["extension"] = mt_asyncio.build_info()
+    except ImportError as exc:
+        facts["extension"] = {"error": str(exc)}
+    return facts
+
+
+def run_cell(backend, workload, threads, scale, repeats):
+    """Runs in the child process: one warm-up, then `repeats` timed runs."""
+    run = backends.BACKENDS[backend]
+    make = workloads.WORKLOADS[workload]
+    times, balance = [], None
+    for i in range(repeats + 1):
+        factories = make(__import__("asyncio"), scale)
+        start = time.perf_counter()
+        counts = run(factories, threads)
+        elapsed = time.perf_counter() - start
+        if i > 0:  # The first run is the warm-up.
+            times.append(elapsed)
+            balance = counts
+    return {"times": times, "balance": balance, "gil_enabled_after": _gil_enabled()}
+
+
+def spawn_cell(backend, workload, threads, scale, repeats):
+    cmd = [sys.executable, os.path.abspath(__file__), "--cell",
+           json.dumps([backend, workload, threads, scale, repeats])]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cell {backend}/{workload}/{threads} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def format_table(rows):
+    header = ["workload", "backend", "threads", "median s", "spread s", "vs asyncio", "balance"]
+    lines = [header]
+    for r in rows:
+        lines.append([
+            r["workload"], r["backend"], str(r["threads"]),
+            f"{r['median']:.4f}", f"{r['min']:.4f}-{r['max']:.4f}",
+            f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-",
+            "/".join(str(c) for c in r["balance"] or []),
+        ])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = []
+    for n, line in enumerate(lines):
+        out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run in seconds: small scale, 2 repeats")
+    p.add_argument("--threads", type=int, nargs="+", default=None,
+                   help="thread counts for parallel backends (default: 1 2)")
+    p.add_argument("--workloads", nargs="+", default=None, choices=sorted(workloads.WORKLOADS))
+    p.add_argument("--backends", nargs="+", default=None, choices=sorted(backends.BACKENDS))
+    p.add_argument("--repeats", type=int, default=None, help="counted runs per cell (default 5)")
+    p.add_argument("--scale", type=float, default=None, help="multiplies workload sizes")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--allow-unoptimized", action="store_true",
+                   help="run even on a debug/sanitizer extension (tests only: "
+                        "the numbers are then not measurements)")
+    p.add_argument("--cell", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 2 if args.quick else 5
+    if args.scale is None:
+        args.scale = 0.01 if args.quick else 1.0
+    if args.threads is None:
+        args.threads = [1, 2]
+    if args.repeats < 1 or args.scale <= 0 or any(t < 1 for t in args.threads):
+        p.error("--repeats, --scale and --threads must be positive")
+    args.workloads = args.workloads or sorted(workloads.WORKLOADS)
+    args.backends = args.backends or list(backends.BACKENDS)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.cell:
+        print(json.dumps(run_cell(*json.loads(args.cell))))
+        return 0
+
+    facts = interpreter_facts()
+    if facts["debug_build"]:
+        print("bench: refusing to run on a debug build of CPython", file=sys.stderr)
+        return 2
+    ext = facts["extension"]
+    unoptimized = bool(ext.get("sanitizer")) or not ext.get("optimized", False)
+    uses_ext = [b for b in args.backends if b in backends.USES_EXTENSION]
+    if unoptimized and uses_ext:
+        if not args.allow_unoptimized:
+            print("bench: refusing to run with a debug or sanitizer build of "
+                  f"mt_asyncio._core ({ext}); use `bazel run` (always -c opt)",
+                  file=sys.stderr)
+            return 2
+        print("bench: WARNING: unoptimized extension; these numbers are not measurements")
+    print(f"interpreter: {facts['executable']} (CPython {facts['version']}, "
+          f"{'free-threaded' if facts['free_threaded'] else 'GIL build'}, "
+          f"GIL {'enabled' if facts['gil_enabled'] else 'disabled'})")
+    print(f"cells: fresh subprocess each, 1 warm-up + {args.repeats} runs, "
+          f"scale {args.scale}; ratio = asyncio median / cell median")
+    print("mt_asyncio rows: none yet (the parallel loop is not built; "
+          "mt_asyncio.asyncio forwards to stdlib)")
+
+    rows = []
+    gil_stayed_off = True
+    for workload in args.workloads:
+        baseline = None
+        for backend in args.backends:
+            counts = [1] if backend in backends.SINGLE_THREADED else args.threads
+            for threads in counts:
+                cell = spawn_cell(backend, workload, threads, args.scale, args.repeats)
+                gil_stayed_off &= not cell["gil_enabled_after"]
+                median = statistics.median(cell["times"])
+                if backend == "asyncio":
+                    baseline = median
+                rows.append({
+                    "workload": workload, "backend": backend, "threads": threads,
+                    "median": median, "min": min(cell["times"]), "max": max(cell["times"]),
+                    "times": cell["times"], "balance": cell["balance"],
+                    "ratio": None,
+                })
+        for r in rows:
+            if r["workload"] == workload and baseline:
+                r["ratio"] = baseline / r["median"]
+
+    print()
+    print(format_table(rows))
+    if facts["free_threaded"]:
+        print(f"\nGIL stayed disabled in every cell: {'yes' if gil_stayed_off else 'NO'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"interpreter": facts, "args": vars(args), "rows": rows,
+                       "gil_stayed_off": gil_stayed_off}, f, indent=2)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""mt_asyncio: a parallel asyncio runtime for free-threaded CPython.
+
+``import mt_asyncio.asyncio as asyncio`` is the entry point. The native core
+(``mt_asyncio._core``) runs a pool of worker threads attached to the
+interpreter; the control plane (``mt_asyncio.control``) lets an operator
+inspect a live process with ``mtctl``.
+
+Status: the runtime's worker pool, the extension and the control plane's
+first method are real; ``mt_asyncio.asyncio`` still forwards to the standard
+library's asyncio until the parallel loop lands (see README.md, "Status").
+"""
+
+import atexit as _atexit
+import pkgutil as _pkgutil
+
+# The control-plane extension is built in its own Bazel package; in a source
+# tree it sits in a second ``mt_asyncio`` folder on sys.path. (In the wheel
+# both live in this one folder, and extend_path changes nothing.)
+__path__ = _pkgutil.extend_path(__path__, __name__)
+
+from . import _core  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["build_info", "runtime_info", "start_runtime", "shutdown_runtime"]
+
+build_info = _core.build_info
+
+
+def start_runtime(threads=None, *, blocking_threadpool_size=128,
+                  blocking_threadpool_idle_ttl=30):
+    """Start the process-wide runtime.
+
+    ``threads=None`` means ``os.cpu_count() + 4`` worker threads, as in the
+    seed API. Raises RuntimeError if a runtime is already running.
+    """
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise TypeError(f"threads must be an int or None, not {type(threads).__name__}")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+    _core.start_runtime(threads or 0, blocking_threadpool_size,
+                        float(blocking_threadpool_idle_ttl))
+
+
+def shutdown_runtime():
+    """Run what is queued, then stop and join the workers. Idempotent."""
+    _core.shutdown_runtime()
+
+
+def runtime_info():
+    """A dict snapshot of the runtime: state, configuration, per-worker counters."""
+    return _core.runtime_snapshot()
+
+
+# Workers are attached to the interpreter: they must be gone before it
+# finalizes.
+_atexit.register(shutdown_runtime)

@@ -1,0 +1,46 @@
+#ifndef MT_PYEXT_SRC_RUNTIME_HOLDER_H_
+#define MT_PYEXT_SRC_RUNTIME_HOLDER_H_
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <mutex>
+
+#include "runtime/admin/admin_api.h"
+#include "runtime/config.h"
+#include "runtime/runtime.h"
+
+namespace mt::pyext {
+
+// Owns the process-wide Runtime and ties its workers to the interpreter.
+//
+// Workers attach to the interpreter when they start and stay attached while
+// they run units; they detach before parking and around shutdown, so a
+// parked worker never holds the GIL (GIL builds) nor blocks a stop-the-world
+// pause (free-threaded builds). The holder is also the AdminApi behind the
+// capsule, and answers with a "created" snapshot when no runtime runs.
+class RuntimeHolder final : public runtime::admin::AdminApi {
+ public:
+  static RuntimeHolder& Instance();
+
+  // Raises RuntimeError if a runtime is already running. Needs the caller
+  // attached to the interpreter.
+  void Start(runtime::Config config);
+  // Joins the workers with the caller detached. Safe to call repeatedly.
+  void Shutdown();
+  // Raises RuntimeError when no runtime is running.
+  void SpawnCallable(pybind11::object fn);
+  bool IsWorkerThread() const;
+
+  runtime::admin::RuntimeSnapshot Snapshot() const override;
+
+ private:
+  std::shared_ptr<runtime::Runtime> current() const;
+
+  mutable std::mutex mu_;
+  std::shared_ptr<runtime::Runtime> runtime_;  // Guarded by mu_.
+};
+
+}  // namespace mt::pyext
+
+#endif  // MT_PYEXT_SRC_RUNTIME_HOLDER_H_

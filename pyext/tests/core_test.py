@@ -1,0 +1,154 @@
+"""mt_asyncio._core and the package surface: import, GIL, runtime workers."""
+
+import asyncio as stdlib_asyncio
+import sys
+import sysconfig
+import threading
+
+import pytest
+
+import mt_asyncio
+import mt_asyncio.asyncio as mt_aio
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+WAIT = 10  # Seconds; every wait in these tests is bounded.
+
+
+@pytest.fixture
+def runtime():
+    mt_asyncio.start_runtime(2)
+    try:
+        yield
+    finally:
+        mt_asyncio.shutdown_runtime()
+
+
+def test_interpreter_is_reported():
+    kind = "free-threaded" if FREE_THREADED else "GIL build"
+    print(f"interpreter: {sys.executable} (CPython {sys.version.split()[0]}, {kind})")
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded CPython build")
+def test_import_keeps_gil_disabled():
+    # Imported at the top of this file, with mt_asyncio.asyncio.
+    assert not sys._is_gil_enabled()
+
+
+def test_asyncio_module_forwards_stdlib_until_the_loop_exists():
+    assert mt_aio.BACKEND == "stdlib"
+    assert mt_aio.run is stdlib_asyncio.run
+    assert mt_aio.CancelledError is stdlib_asyncio.CancelledError
+    assert mt_aio.events is stdlib_asyncio.events  # Submodules too.
+    assert set(stdlib_asyncio.__all__) <= set(dir(mt_aio))
+
+    async def main():
+        await mt_aio.sleep(0)
+        return 42
+
+    assert mt_aio.run(main()) == 42
+    with pytest.raises(AttributeError):
+        mt_aio.no_such_name
+
+
+def test_build_info_describes_the_extension():
+    info = mt_asyncio.build_info()
+    assert info["free_threaded_build"] == FREE_THREADED
+    assert set(info) >= {"optimized", "sanitizer", "python_headers"}
+    assert info["python_headers"].startswith("%d.%d" % sys.version_info[:2])
+
+
+def test_callables_run_on_worker_threads(runtime):
+    done = threading.Event()
+    lock = threading.Lock()
+    seen = []
+    n = 200
+
+    def unit():
+        with lock:
+            seen.append((threading.get_ident(), mt_asyncio._core.on_worker_thread()))
+            if len(seen) == n:
+                done.set()
+
+    for _ in range(n):
+        mt_asyncio._core.spawn(unit)
+    assert done.wait(WAIT)
+    assert all(on_worker for _, on_worker in seen)
+    assert threading.get_ident() not in {tid for tid, _ in seen}
+    assert not mt_asyncio._core.on_worker_thread()
+
+
+def test_snapshot_counts_units(runtime):
+    n = 100
+    for _ in range(n):
+        mt_asyncio._core.spawn(lambda: None)
+    mt_asyncio.shutdown_runtime()  # Drains what is queued, then joins.
+    info = mt_asyncio.runtime_info()
+    assert info["state"] == "stopped"
+    assert info["worker_threads"] == 2
+    assert info["live_workers"] == 0
+    assert sum(w["units_run"] for w in info["workers"]) == n
+
+
+def test_exception_in_unit_goes_to_unraisablehook(runtime, monkeypatch):
+    caught = []
+    got = threading.Event()
+
+    def hook(unraisable):
+        caught.append(unraisable.exc_type)
+        got.set()
+
+    monkeypatch.setattr(sys, "unraisablehook", hook)
+
+    def boom():
+        raise KeyError("boom")
+
+    mt_asyncio._core.spawn(boom)
+    assert got.wait(WAIT)
+    assert caught == [KeyError]
+
+
+def test_runtime_lifecycle_errors():
+    with pytest.raises(RuntimeError):
+        mt_asyncio._core.spawn(lambda: None)  # Not running.
+    mt_asyncio.start_runtime(1)
+    try:
+        with pytest.raises(RuntimeError):
+            mt_asyncio.start_runtime(1)
+        with pytest.raises(TypeError):
+            mt_asyncio._core.spawn(42)
+    finally:
+        mt_asyncio.shutdown_runtime()
+        mt_asyncio.shutdown_runtime()  # Idempotent.
+    for bad, exc in [(0, ValueError), (-1, ValueError), ("2", TypeError), (True, TypeError)]:
+        with pytest.raises(exc):
+            mt_asyncio.start_runtime(bad)
+    with pytest.raises(ValueError):
+        mt_asyncio.start_runtime(1, blocking_threadpool_size=0)
+
+
+def test_default_thread_count_is_cpus_plus_four():
+    import os
+    mt_asyncio.start_runtime()
+    try:
+        assert mt_asyncio.runtime_info()["worker_threads"] == (os.cpu_count() or 1) + 4
+    finally:
+        mt_asyncio.shutdown_runtime()
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded CPython build")
+def test_gil_stays_disabled_while_workers_run(runtime):
+    done = threading.Event()
+    flags = []
+
+    def unit():
+        flags.append(sys._is_gil_enabled())
+        done.set()
+
+    mt_asyncio._core.spawn(unit)
+    assert done.wait(WAIT)
+    assert flags == [False]
+    assert not sys._is_gil_enabled()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))

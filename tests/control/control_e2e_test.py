@@ -1,0 +1,144 @@
+"""End to end: serve mt.control.v1 from a live process, query it with mtctl."""
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+
+import pytest
+
+import mt_asyncio
+import mt_asyncio.control
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+MTCTL = os.path.join(os.environ.get("TEST_SRCDIR", ""), "mt_asyncio", "control", "mtctl")
+WAIT = 10
+
+
+def mtctl(*args, check=True):
+    proc = subprocess.run([MTCTL, *args], capture_output=True, text=True, timeout=30)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture
+def socket_path():
+    # Bazel's TEST_TMPDIR is too deep for a Unix socket path.
+    folder = tempfile.mkdtemp(prefix="mtctl-e2e-", dir="/tmp")
+    try:
+        yield os.path.join(folder, "control.sock")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def served(socket_path):
+    mt_asyncio.start_runtime(2, blocking_threadpool_size=16)
+    server = mt_asyncio.control.serve(socket_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+        mt_asyncio.shutdown_runtime()
+
+
+def test_info_over_a_unix_socket(served, socket_path):
+    assert served.target == "unix://" + socket_path
+    assert stat.S_IMODE(os.stat(socket_path).st_mode) == 0o600
+
+    text = mtctl("--target", served.target, "info").stdout
+    assert f"pid {os.getpid()}" in text
+    assert "running, 2 workers" in text
+    assert ("free-threaded" if FREE_THREADED else "GIL build") in text
+
+    info = json.loads(mtctl("--target", served.target, "info", "--json").stdout)
+    assert info["pid"] == os.getpid()
+    assert info["mt_asyncio_version"] == mt_asyncio.__version__
+    assert info["interpreter"]["version"] == "%d.%d.%d" % sys.version_info[:3]
+    assert info["interpreter"]["free_threaded"] == FREE_THREADED
+    assert info["interpreter"]["gil_enabled"] == (not FREE_THREADED)
+    runtime = info["runtime"]
+    assert runtime["state"] == "RUNTIME_STATE_RUNNING"
+    assert runtime["config"]["worker_threads"] == 2
+    assert runtime["config"]["blocking_threads_max"] == 16
+    assert len(runtime["workers"]) == 2
+
+
+def test_answers_while_every_worker_is_blocked(served):
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def hog():
+        started.release()
+        release.wait(WAIT)
+
+    for _ in range(2):
+        mt_asyncio._core.spawn(hog)
+    try:
+        for _ in range(2):
+            assert started.acquire(timeout=WAIT)
+        info = json.loads(mtctl("--target", served.target, "--timeout", "5",
+                                "info", "--json").stdout)
+        assert info["runtime"]["live_workers"] == 2
+    finally:
+        release.set()
+
+
+def test_counts_units_and_reports_shutdown(served):
+    for _ in range(50):
+        mt_asyncio._core.spawn(lambda: None)
+    mt_asyncio.shutdown_runtime()
+    info = json.loads(mtctl("--target", served.target, "info", "--json").stdout)
+    assert info["runtime"]["state"] == "RUNTIME_STATE_STOPPED"
+    assert sum(int(w["units_run"]) for w in info["runtime"]["workers"]) == 50
+
+
+def test_stopped_server_gives_a_clean_error(served):
+    served.stop()
+    proc = mtctl("--target", served.target, "--timeout", "2", "info", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("mtctl: " + served.target)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "no command given"),
+    (("info",), "no target"),
+    (("--target", "unix:///x", "frobnicate"), "unknown command"),
+    (("--target", "unix:///x", "--timeout", "soon", "info"), "bad --timeout"),
+    (("--bogus",), "unknown option"),
+])
+def test_bad_usage_exits_2(args, message):
+    env = {k: v for k, v in os.environ.items() if k != "MTCTL_TARGET"}
+    proc = subprocess.run([MTCTL, *args], capture_output=True, text=True,
+                          timeout=30, env=env)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_help():
+    out = mtctl("--help").stdout
+    assert out.startswith("usage: mtctl")
+    assert "info" in out
+
+
+def test_serve_rejects_bad_paths(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        mt_asyncio.control.serve(tmp_path / "missing" / "x.sock")
+    with pytest.raises(ValueError):
+        mt_asyncio.control.serve("/tmp/" + "x" * 200)
+    regular = tmp_path / "not-a-socket"
+    regular.write_text("keep me")
+    if len(str(regular)) <= 107:
+        with pytest.raises(ValueError):
+            mt_asyncio.control.serve(regular)
+        assert regular.read_text() == "keep me"
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
