@@ -35,4 +35,4 @@ def test_bad_arguments_are_refused():
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))

@@ -151,4 +151,4 @@ def test_gil_stays_disabled_while_workers_run(runtime):
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))

@@ -47,4 +47,4 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path):
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))

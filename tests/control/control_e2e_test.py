@@ -141,4 +141,4 @@ def test_serve_rejects_bad_paths(tmp_path):
 
 
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-p", "no:cacheprovider"]))
+    sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))
