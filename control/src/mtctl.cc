@@ -56,10 +56,9 @@ int ParseArgs(int argc, char** argv, Options* opts) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string_view arg = args[i];
-    auto value = [&](std::string_view flag) -> const std::string_view* {
-      if (i + 1 >= args.size()) return nullptr;
-      (void)flag;
-      return &args[++i];
+    // The next argument as this option's value, or null at the end.
+    auto value = [&]() -> const std::string_view* {
+      return i + 1 < args.size() ? &args[++i] : nullptr;
     };
     if (arg == "-h" || arg == "--help") {
       std::cout << kUsage;
@@ -68,7 +67,7 @@ int ParseArgs(int argc, char** argv, Options* opts) {
       opts->json = true;
     } else if (arg == "--target" || arg.rfind("--target=", 0) == 0) {
       if (arg == "--target") {
-        const std::string_view* v = value(arg);
+        const std::string_view* v = value();
         if (!v) return UsageError("--target needs a value");
         opts->target = std::string(*v);
       } else {
@@ -77,7 +76,7 @@ int ParseArgs(int argc, char** argv, Options* opts) {
     } else if (arg == "--timeout" || arg.rfind("--timeout=", 0) == 0) {
       std::string_view text;
       if (arg == "--timeout") {
-        const std::string_view* v = value(arg);
+        const std::string_view* v = value();
         if (!v) return UsageError("--timeout needs a value");
         text = *v;
       } else {
