@@ -33,6 +33,3 @@ def test_bad_arguments_are_refused():
     assert proc.returncode == 2
     assert "must be positive" in proc.stderr
 
-
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))

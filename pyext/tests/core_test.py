@@ -149,6 +149,3 @@ def test_gil_stays_disabled_while_workers_run(runtime):
     assert flags == [False]
     assert not sys._is_gil_enabled()
 
-
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))

@@ -45,6 +45,3 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path):
     out = subprocess.run([str(mtctl), "--help"], check=True, capture_output=True, text=True)
     assert "usage: mtctl" in out.stdout
 
-
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))

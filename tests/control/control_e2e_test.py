@@ -139,6 +139,3 @@ def test_serve_rejects_bad_paths(tmp_path):
             mt_asyncio.control.serve(regular)
         assert regular.read_text() == "keep me"
 
-
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-v", "-rs", "-p", "no:cacheprovider"]))
