@@ -11,4 +11,14 @@ std::size_t ResolveWorkerThreads(const Config& config) {
   return (cpus == 0 ? 1 : cpus) + 4;
 }
 
+std::string_view ReactorModeName(ReactorMode mode) {
+  switch (mode) {
+    case ReactorMode::kWorkers:
+      return "workers";
+    case ReactorMode::kDedicatedThread:
+      return "dedicated-thread";
+  }
+  return "unknown";
+}
+
 }  // namespace mt::runtime

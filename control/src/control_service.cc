@@ -15,6 +15,10 @@ v1::RuntimeState ToWire(runtime::admin::RuntimeState state) {
       return v1::RUNTIME_STATE_CREATED;
     case RuntimeState::kRunning:
       return v1::RUNTIME_STATE_RUNNING;
+    case RuntimeState::kDraining:
+      return v1::RUNTIME_STATE_DRAINING;
+    case RuntimeState::kCancelling:
+      return v1::RUNTIME_STATE_CANCELLING;
     case RuntimeState::kStopping:
       return v1::RUNTIME_STATE_STOPPING;
     case RuntimeState::kStopped:

@@ -52,7 +52,23 @@ py::dict SnapshotToDict(const runtime::admin::RuntimeSnapshot& snap) {
   d["worker_threads"] = snap.worker_threads;
   d["live_workers"] = snap.live_workers;
   d["injector_depth"] = snap.injector_depth;
+  d["searching_workers"] = snap.searching_workers;
+  d["parked_workers"] = snap.parked_workers;
+  d["tasks_in_flight"] = snap.tasks_in_flight;
+  d["timers_pending"] = snap.timers_pending;
+  d["fds_registered"] = snap.fds_registered;
+  d["stalls_detected"] = snap.stalls_detected;
+  d["reactor"] = std::string(runtime::ReactorModeName(snap.config.reactor));
   d["uptime_seconds"] = snap.uptime_seconds;
+  py::dict blocking;
+  blocking["threads"] = snap.blocking.threads;
+  blocking["idle"] = snap.blocking.idle;
+  blocking["running"] = snap.blocking.running;
+  blocking["queued"] = snap.blocking.queued;
+  blocking["max_threads"] = snap.blocking.max_threads;
+  blocking["completed"] = snap.blocking.completed;
+  blocking["cancelled"] = snap.blocking.cancelled;
+  d["blocking"] = std::move(blocking);
   d["blocking_threadpool_size"] = snap.config.blocking_threads_max;
   d["blocking_threadpool_idle_ttl"] =
       std::chrono::duration<double>(snap.config.blocking_idle_ttl).count();
@@ -63,6 +79,17 @@ py::dict SnapshotToDict(const runtime::admin::RuntimeSnapshot& snap) {
     wd["units_run"] = w.units_run;
     wd["parks"] = w.parks;
     wd["busy_ns"] = w.busy_ns;
+    wd["active"] = w.active;
+    wd["steals"] = w.steals;
+    wd["stolen_units"] = w.stolen_units;
+    wd["stolen_from"] = w.stolen_from;
+    wd["reactor_polls"] = w.reactor_polls;
+    wd["overflows"] = w.overflows;
+    wd["local_queue_depth"] = w.local_queue_depth;
+    wd["lifo_occupied"] = w.lifo_occupied;
+    wd["current_task_id"] = w.current_task_id;
+    wd["current_task_running_ns"] = w.current_task_running_ns;
+    wd["stalled"] = w.stalled;
     workers.append(std::move(wd));
   }
   d["workers"] = std::move(workers);

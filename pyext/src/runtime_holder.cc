@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/status/status.h"
+
 namespace py = pybind11;
 
 namespace mt::pyext {
@@ -26,6 +28,28 @@ runtime::scheduler::WorkerHooks InterpreterHooks() {
   };
   return hooks;
 }
+
+// A strong reference a C++ closure owns. The closure may be destroyed on a
+// thread that is not attached to the interpreter (a unit cancelled while
+// the runtime shuts down is dropped by whoever drains the queue), so the
+// release attaches first. During interpreter finalization the reference is
+// leaked on purpose rather than touching a dying interpreter.
+class OwnedRef {
+ public:
+  explicit OwnedRef(PyObject* obj) : obj_(obj) {}
+  OwnedRef(OwnedRef&& other) noexcept : obj_(std::exchange(other.obj_, nullptr)) {}
+  OwnedRef& operator=(OwnedRef&&) = delete;
+  ~OwnedRef() {
+    if (obj_ == nullptr || !Py_IsInitialized() || Py_IsFinalizing()) return;
+    PyGILState_STATE state = PyGILState_Ensure();
+    Py_DECREF(obj_);
+    PyGILState_Release(state);
+  }
+  PyObject* get() const { return obj_; }
+
+ private:
+  PyObject* obj_;
+};
 
 }  // namespace
 
@@ -68,21 +92,17 @@ void RuntimeHolder::SpawnCallable(py::object fn) {
   if (!rt || rt->state() != runtime::admin::RuntimeState::kRunning) {
     throw std::runtime_error("the mt_asyncio runtime is not running");
   }
-  PyObject* callable = fn.release().ptr();
-  absl::Status status = rt->Spawn([callable] {
+  absl::Status status = rt->Spawn([callable = OwnedRef(fn.release().ptr())]() mutable {
     // Runs on a worker, which is attached to the interpreter.
-    PyObject* result = PyObject_CallNoArgs(callable);
+    PyObject* result = PyObject_CallNoArgs(callable.get());
     if (result == nullptr) {
-      PyErr_WriteUnraisable(callable);
+      PyErr_WriteUnraisable(callable.get());
     } else {
       Py_DECREF(result);
     }
-    Py_DECREF(callable);
   });
   if (!status.ok()) {
-    // The unit (and with it our reference) was not queued; this thread is
-    // attached, so dropping the reference here is safe.
-    Py_DECREF(callable);
+    // The unit was dropped unrun (its reference released by OwnedRef).
     throw std::runtime_error(std::string(status.message()));
   }
 }
@@ -96,6 +116,24 @@ runtime::admin::RuntimeSnapshot RuntimeHolder::Snapshot() const {
   std::shared_ptr<runtime::Runtime> rt = current();
   if (!rt) return runtime::admin::RuntimeSnapshot{};
   return rt->Snapshot();
+}
+
+absl::Status RuntimeHolder::ResizeWorkers(std::size_t workers) {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return absl::FailedPreconditionError("no runtime is running");
+  return rt->ResizeWorkers(workers);
+}
+
+absl::Status RuntimeHolder::SetBlockingThreadsMax(std::size_t max_threads) {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return absl::FailedPreconditionError("no runtime is running");
+  return rt->SetBlockingThreadsMax(max_threads);
+}
+
+absl::Status RuntimeHolder::BeginShutdown(std::chrono::milliseconds grace) {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return absl::FailedPreconditionError("no runtime is running");
+  return rt->BeginShutdown(grace);
 }
 
 std::shared_ptr<runtime::Runtime> RuntimeHolder::current() const {

@@ -32,7 +32,12 @@ class RuntimeHolder final : public runtime::admin::AdminApi {
   void SpawnCallable(pybind11::object fn);
   bool IsWorkerThread() const;
 
+  // admin::AdminApi, forwarded to the running runtime (FailedPrecondition
+  // when none runs).
   runtime::admin::RuntimeSnapshot Snapshot() const override;
+  absl::Status ResizeWorkers(std::size_t workers) override;
+  absl::Status SetBlockingThreadsMax(std::size_t max_threads) override;
+  absl::Status BeginShutdown(std::chrono::milliseconds grace) override;
 
  private:
   std::shared_ptr<runtime::Runtime> current() const;

@@ -8,6 +8,10 @@ std::string_view RuntimeStateName(RuntimeState state) {
       return "created";
     case RuntimeState::kRunning:
       return "running";
+    case RuntimeState::kDraining:
+      return "draining";
+    case RuntimeState::kCancelling:
+      return "cancelling";
     case RuntimeState::kStopping:
       return "stopping";
     case RuntimeState::kStopped:

@@ -10,15 +10,45 @@
 
 namespace mt::runtime::admin {
 
-enum class RuntimeState { kCreated, kRunning, kStopping, kStopped };
+// created → running → draining → cancelling → stopping → stopped.
+enum class RuntimeState {
+  kCreated,
+  kRunning,
+  kDraining,    // Servers told to stop accepting; in-flight work continues.
+  kCancelling,  // Grace over: what is left is being cancelled.
+  kStopping,    // Threads are being joined.
+  kStopped,
+};
 
 std::string_view RuntimeStateName(RuntimeState state);
 
 struct WorkerSnapshot {
   std::size_t index = 0;
+  bool active = false;  // False for a slot whose worker has retired.
   std::uint64_t units_run = 0;
   std::uint64_t parks = 0;
   std::uint64_t busy_ns = 0;
+  std::uint64_t steals = 0;        // Batches stolen by this worker.
+  std::uint64_t stolen_units = 0;  // Units those batches held.
+  std::uint64_t stolen_from = 0;   // Batches other workers took from it.
+  std::uint64_t reactor_polls = 0;
+  std::uint64_t overflows = 0;
+  std::uint32_t local_queue_depth = 0;
+  bool lifo_occupied = false;
+  // The unit running now (0: idle) and for how long.
+  std::uint64_t current_task_id = 0;
+  std::uint64_t current_task_running_ns = 0;
+  bool stalled = false;  // Running longer than the stall threshold.
+};
+
+struct BlockingPoolSnapshot {
+  std::size_t threads = 0;
+  std::size_t idle = 0;
+  std::size_t running = 0;
+  std::size_t queued = 0;
+  std::size_t max_threads = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t cancelled = 0;
 };
 
 // A consistent-enough copy of the runtime's state: every field is read
@@ -27,11 +57,26 @@ struct WorkerSnapshot {
 struct RuntimeSnapshot {
   RuntimeState state = RuntimeState::kCreated;
   Config config;
-  std::size_t worker_threads = 0;  // Resolved from config.
+  std::size_t worker_threads = 0;  // Target size of the worker pool.
   std::size_t live_workers = 0;
+  std::size_t searching_workers = 0;
+  std::size_t parked_workers = 0;
   std::size_t injector_depth = 0;
+  std::size_t tasks_in_flight = 0;
+  std::size_t timers_pending = 0;
+  std::size_t fds_registered = 0;
+  std::uint64_t stalls_detected = 0;
+  std::uint64_t dedicated_reactor_polls = 0;
   double uptime_seconds = 0;
+  BlockingPoolSnapshot blocking;
   std::vector<WorkerSnapshot> workers;
+};
+
+// One report of the stall detector.
+struct StallReport {
+  std::size_t worker_index = 0;
+  std::uint64_t task_id = 0;
+  std::uint64_t running_ns = 0;
 };
 
 }  // namespace mt::runtime::admin

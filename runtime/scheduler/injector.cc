@@ -1,39 +1,38 @@
 #include "runtime/scheduler/injector.h"
 
-#include <utility>
-
 namespace mt::runtime::scheduler {
 
-bool Injector::Push(Unit& unit) {
+void Injector::Push(task::Task* task) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return false;
-  queue_.push_back(std::move(unit));
-  ready_.notify_one();
-  return true;
+  queue_.push_back(task);
+  len_.store(queue_.size(), std::memory_order_release);
 }
 
-std::optional<Unit> Injector::TryPop() {
+void Injector::PushBatch(const std::vector<task::Task*>& tasks) {
+  if (tasks.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (queue_.empty()) return std::nullopt;
-  Unit unit = std::move(queue_.front());
+  queue_.insert(queue_.end(), tasks.begin(), tasks.end());
+  len_.store(queue_.size(), std::memory_order_release);
+}
+
+task::Task* Injector::Pop() {
+  if (IsEmpty()) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.empty()) return nullptr;
+  task::Task* task = queue_.front();
   queue_.pop_front();
-  return unit;
+  len_.store(queue_.size(), std::memory_order_release);
+  return task;
 }
 
-void Injector::Close() {
+std::size_t Injector::PopBatch(std::size_t max, std::vector<task::Task*>& out) {
+  if (max == 0 || IsEmpty()) return 0;
   std::lock_guard<std::mutex> lock(mu_);
-  closed_ = true;
-  ready_.notify_all();
-}
-
-bool Injector::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return closed_;
-}
-
-std::size_t Injector::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size();
+  const std::size_t n = std::min(max, queue_.size());
+  out.insert(out.end(), queue_.begin(), queue_.begin() + n);
+  queue_.erase(queue_.begin(), queue_.begin() + n);
+  len_.store(queue_.size(), std::memory_order_release);
+  return n;
 }
 
 }  // namespace mt::runtime::scheduler

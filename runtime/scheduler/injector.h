@@ -1,64 +1,46 @@
 #ifndef MT_RUNTIME_SCHEDULER_INJECTOR_H_
 #define MT_RUNTIME_SCHEDULER_INJECTOR_H_
 
-#include <condition_variable>
+#include <atomic>
 #include <cstddef>
 #include <deque>
 #include <mutex>
-#include <optional>
+#include <vector>
 
-#include "runtime/scheduler/unit.h"
+#include "runtime/task/task.h"
 
 namespace mt::runtime::scheduler {
 
-// The global FIFO queue through which work enters the pool from outside the
-// workers. Multi-producer, multi-consumer; guarded by one mutex because it
-// is off the per-worker fast path (workers will prefer their local queues).
-// std::mutex rather than absl::Mutex: Debian's Abseil is not built with the
-// sanitizers, and TSan must see every lock the scheduler takes.
+// The global MPMC queue: work from outside the workers, overflow from full
+// local queues, and everything a retiring worker hands back. FIFO.
+//
+// Pointers live in a std::deque (blocks of contiguous slots) rather than a
+// list threaded through the tasks: moving a batch copies pointers and never
+// touches the tasks themselves, which are usually cold in this core's cache.
+//
+// A std::mutex (not absl::Mutex) so ThreadSanitizer sees every lock: Debian's
+// Abseil is not built with the sanitizers. The length is mirrored in an
+// atomic so "is there global work?" never takes the lock.
 class Injector {
  public:
-  // Returns false (and drops nothing: the unit is handed back) once closed.
-  bool Push(Unit& unit);
-  std::optional<Unit> TryPop();
-  // Pops, blocking until a unit arrives or the injector is closed and empty.
-  // `before_wait`/`after_wait` run around each actual wait so callers can
-  // detach from and reattach to whatever they hold (the interpreter).
-  template <typename Before, typename After>
-  std::optional<Unit> PopOrWait(Before&& before_wait, After&& after_wait);
+  Injector() = default;
+  Injector(const Injector&) = delete;
+  Injector& operator=(const Injector&) = delete;
 
-  // After Close, Push fails; units already queued can still be popped.
-  void Close();
-  bool closed() const;
-  std::size_t size() const;
+  void Push(task::Task* task);
+  void PushBatch(const std::vector<task::Task*>& tasks);
+  task::Task* Pop();
+  // Pops up to `max` tasks into `out` (appended, FIFO order).
+  std::size_t PopBatch(std::size_t max, std::vector<task::Task*>& out);
+
+  std::size_t Len() const { return len_.load(std::memory_order_acquire); }
+  bool IsEmpty() const { return Len() == 0; }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable ready_;
-  std::deque<Unit> queue_;  // Guarded by mu_.
-  bool closed_ = false;     // Guarded by mu_.
+  std::mutex mu_;
+  std::deque<task::Task*> queue_;  // Guarded by mu_.
+  std::atomic<std::size_t> len_{0};
 };
-
-template <typename Before, typename After>
-std::optional<Unit> Injector::PopOrWait(Before&& before_wait,
-                                        After&& after_wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (queue_.empty() && !closed_) {
-    // Detach hooks must not run under our lock (they may block on the
-    // interpreter), so release it around them.
-    lock.unlock();
-    before_wait();
-    lock.lock();
-    ready_.wait(lock, [this] { return !queue_.empty() || closed_; });
-    lock.unlock();
-    after_wait();
-    lock.lock();
-  }
-  if (queue_.empty()) return std::nullopt;
-  Unit unit = std::move(queue_.front());
-  queue_.pop_front();
-  return unit;
-}
 
 }  // namespace mt::runtime::scheduler
 

@@ -1,0 +1,108 @@
+#ifndef MT_RUNTIME_BLOCKING_POOL_H_
+#define MT_RUNTIME_BLOCKING_POOL_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+
+namespace mt::runtime::blocking {
+
+struct BlockingPoolOptions {
+  std::size_t max_threads = 128;
+  // An idle thread retires after waiting this long for work.
+  std::chrono::milliseconds idle_ttl{30'000};
+  std::string thread_name_prefix = "mt-blocking";
+};
+
+struct BlockingPoolStats {
+  std::size_t threads = 0;
+  std::size_t idle = 0;
+  std::size_t running = 0;
+  std::size_t queued = 0;
+  std::size_t max_threads = 0;
+  std::uint64_t completed = 0;
+  std::uint64_t cancelled = 0;
+};
+
+// Threads for work that blocks (file I/O, getaddrinfo, run_in_executor).
+// Spawned on demand up to max_threads, retired after idle_ttl, FIFO queue.
+// Work not yet started can be cancelled; lowering max_threads never
+// interrupts running work (surplus threads exit as they finish).
+class BlockingPool {
+ public:
+  class Job;
+  // Refers to one submitted job; Cancel works until a thread picks it up.
+  class Handle {
+   public:
+    Handle() = default;
+    // True if the job had not started: it will never run and its on_cancel
+    // has run (on the calling thread).
+    bool Cancel();
+    bool valid() const { return job_ != nullptr; }
+
+   private:
+    friend class BlockingPool;
+    Handle(BlockingPool* pool, std::shared_ptr<Job> job)
+        : pool_(pool), job_(std::move(job)) {}
+    BlockingPool* pool_ = nullptr;
+    std::shared_ptr<Job> job_;
+  };
+
+  explicit BlockingPool(BlockingPoolOptions options);
+  ~BlockingPool();
+  BlockingPool(const BlockingPool&) = delete;
+  BlockingPool& operator=(const BlockingPool&) = delete;
+
+  // Queues `run`. `on_cancel` runs instead if the job is cancelled before
+  // it starts (including by Shutdown). FailedPrecondition after Shutdown.
+  absl::StatusOr<Handle> Spawn(absl::AnyInvocable<void() &&> run,
+                               absl::AnyInvocable<void() &&> on_cancel = nullptr);
+
+  // Live change of the thread cap. 0 is refused.
+  absl::Status SetMaxThreads(std::size_t max_threads);
+
+  // Cancels queued jobs, waits for running ones, joins every thread.
+  // Idempotent; not from a pool thread.
+  void Shutdown();
+
+  BlockingPoolStats Stats() const;
+  // True when nothing is queued or running.
+  bool IsIdle() const;
+
+ private:
+  void SpawnThreadLocked();
+  void ThreadMain(std::uint64_t id);
+  void JoinExitedLocked(std::vector<std::thread>& out);
+  bool CancelJob(const std::shared_ptr<Job>& job);
+
+  const BlockingPoolOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable exit_cv_;
+  std::list<std::shared_ptr<Job>> queue_;       // Guarded by mu_.
+  std::map<std::uint64_t, std::thread> threads_;  // Guarded by mu_.
+  std::vector<std::uint64_t> exited_;           // Guarded by mu_.
+  std::uint64_t next_thread_id_ = 0;            // Guarded by mu_.
+  std::size_t max_threads_;                     // Guarded by mu_.
+  std::size_t live_threads_ = 0;                // Guarded by mu_.
+  std::size_t idle_threads_ = 0;                // Guarded by mu_.
+  std::size_t running_ = 0;                     // Guarded by mu_.
+  std::uint64_t completed_ = 0;                 // Guarded by mu_.
+  std::uint64_t cancelled_ = 0;                 // Guarded by mu_.
+  bool shutdown_ = false;                       // Guarded by mu_.
+};
+
+}  // namespace mt::runtime::blocking
+
+#endif  // MT_RUNTIME_BLOCKING_POOL_H_

@@ -1,0 +1,43 @@
+#ifndef MT_RUNTIME_METRICS_WORKER_METRICS_H_
+#define MT_RUNTIME_METRICS_WORKER_METRICS_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace mt::runtime::metrics {
+
+// What one worker publishes. Counters are written with relaxed atomics
+// (almost all by the worker itself; "stolen_from" by the thieves) and read
+// by anyone without a lock, so the admin API never stalls a worker. Aligned
+// so two workers' counters never share a cache line.
+struct alignas(64) WorkerMetrics {
+  std::atomic<std::uint64_t> units_run{0};
+  std::atomic<std::uint64_t> steals{0};       // Batches this worker stole.
+  std::atomic<std::uint64_t> stolen_units{0};  // Units it got that way.
+  std::atomic<std::uint64_t> stolen_from{0};  // Batches others took from it.
+  std::atomic<std::uint64_t> parks{0};
+  std::atomic<std::uint64_t> reactor_polls{0};
+  std::atomic<std::uint64_t> overflows{0};  // Local queue spilled to injector.
+  std::atomic<std::uint64_t> busy_ns{0};
+  // The unit running now (0: none), written by the worker around each run.
+  std::atomic<std::uint64_t> current_task_id{0};
+  // Since when it runs (steady-clock ns), estimated by the supervisor's
+  // sampling (never by the worker: no clock read per unit); 0 if unknown.
+  std::atomic<std::int64_t> current_since_ns{0};
+  // The units_run value current_since_ns belongs to: it describes the unit
+  // running now only while units_run still equals it.
+  std::atomic<std::uint64_t> since_units_run{0};
+  std::atomic<bool> lifo_occupied{false};
+};
+
+// Adds to a counter only its owner thread writes: a plain load and store
+// instead of a locked read-modify-write, which is most of the cost of
+// counting on the hot path. Readers still see whole values.
+inline void OwnerAdd(std::atomic<std::uint64_t>& counter, std::uint64_t n) {
+  counter.store(counter.load(std::memory_order_relaxed) + n,
+                std::memory_order_relaxed);
+}
+
+}  // namespace mt::runtime::metrics
+
+#endif  // MT_RUNTIME_METRICS_WORKER_METRICS_H_

@@ -1,0 +1,23 @@
+#ifndef MT_RUNTIME_SCHEDULER_HOOKS_H_
+#define MT_RUNTIME_SCHEDULER_HOOKS_H_
+
+#include <cstddef>
+#include <functional>
+
+namespace mt::runtime::scheduler {
+
+// Callbacks run on each worker thread. The Python layer uses them to attach
+// a worker to the interpreter for its lifetime and to detach around every
+// blocking point (parking on a condition variable or in epoll_wait). Every
+// hook is optional; `worker_index` is stable for the worker's life (a slot
+// can be reused by a later worker after its previous owner retired).
+struct WorkerHooks {
+  std::function<void(std::size_t worker_index)> on_start;
+  std::function<void(std::size_t worker_index)> on_stop;
+  std::function<void(std::size_t worker_index)> before_park;
+  std::function<void(std::size_t worker_index)> after_unpark;
+};
+
+}  // namespace mt::runtime::scheduler
+
+#endif  // MT_RUNTIME_SCHEDULER_HOOKS_H_

@@ -1,0 +1,629 @@
+#include "runtime/scheduler/scheduler.h"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace mt::runtime::scheduler {
+namespace {
+
+std::int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void RunHook(const std::function<void(std::size_t)>& hook, std::size_t i) {
+  if (hook) hook(i);
+}
+
+}  // namespace
+
+// The state a worker thread keeps to itself: only its own thread touches
+// it, through the thread-local pointer below.
+class Scheduler::Worker {
+ public:
+  Worker(Scheduler* scheduler, std::size_t index, WorkerSlot* slot)
+      : scheduler(scheduler),
+        index(index),
+        slot(slot),
+        rng(static_cast<std::uint32_t>(index * 2654435761u + 1)) {}
+
+  void Run();
+
+  Scheduler* const scheduler;
+  const std::size_t index;
+  WorkerSlot* const slot;
+  // The unit most recently woken by this worker: runs next, ahead of the
+  // queue, because whatever woke it probably left its data in our cache.
+  task::Task* lifo = nullptr;
+  bool searching = false;
+  // True while the thread is inside Park (possibly dispatching reactor
+  // events): wakes then go to the queue, not the LIFO slot.
+  bool parked = false;
+  // Ticks left until the next fairness look at the injector and the next
+  // reactor poll (countdowns: no division on the hot path).
+  std::uint32_t until_global = 0;
+  std::uint32_t until_event = 0;
+  // Start of the current busy period (steady ns): busy time is measured
+  // between unparking and parking, not per unit, so running a unit costs
+  // no clock read.
+  std::int64_t busy_since = 0;
+  std::uint32_t rng;
+
+ private:
+  std::uint32_t NextRandom() {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    return rng;
+  }
+  task::Task* NextTask();
+  task::Task* StealWork();
+  void RunWithLifo(task::Task* task);
+  void RunOne(task::Task* task);
+  void EndBusyPeriod();
+  void LeaveSearching();
+  void Park();
+  void Maintenance();
+  void Retire();
+  void DrainCancelled();
+  bool ShouldExit() const;
+};
+
+namespace {
+thread_local Scheduler::Worker* current_worker = nullptr;
+}  // namespace
+
+Scheduler::Scheduler(SchedulerOptions options, WorkerHooks hooks,
+                     SharedDriver* driver)
+    : options_(std::move(options)),
+      hooks_(std::move(hooks)),
+      driver_(driver),
+      idle_(0),
+      slots_(new std::atomic<WorkerSlot*>[options_.max_workers]) {
+  for (std::size_t i = 0; i < options_.max_workers; ++i) {
+    slots_[i].store(nullptr, std::memory_order_relaxed);
+  }
+}
+
+Scheduler::~Scheduler() {
+  Close();
+  Join();
+  for (std::size_t i = 0; i < options_.max_workers; ++i) {
+    delete slots_[i].load(std::memory_order_relaxed);
+  }
+}
+
+absl::Status Scheduler::Start(std::size_t workers) {
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  if (started_) return absl::FailedPreconditionError("scheduler already started");
+  if (closed()) return absl::FailedPreconditionError("scheduler is closed");
+  if (workers == 0 || workers > options_.max_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker count must be in [1, ", options_.max_workers, "], got ",
+        workers));
+  }
+  started_ = true;
+  target_workers_.store(workers, std::memory_order_release);
+  for (std::size_t i = 0; i < workers; ++i) {
+    absl::Status s = StartWorkerLocked(i);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::StartWorkerLocked(std::size_t index) {
+  WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
+  if (slot == nullptr) {
+    slot = new WorkerSlot(driver_);
+    slots_[index].store(slot, std::memory_order_release);
+  }
+  if (slot->thread.joinable()) slot->thread.join();  // A retired worker.
+  if (index + 1 > slot_high_water_.load(std::memory_order_relaxed)) {
+    slot_high_water_.store(index + 1, std::memory_order_release);
+  }
+  idle_.AddWorker();
+  slot->status.store(SlotStatus::kRunning, std::memory_order_release);
+  live_workers_.fetch_add(1, std::memory_order_acq_rel);
+  slot->thread = std::thread([this, index] { WorkerMain(index); });
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Spawn(task::Task* task) {
+  if (closed()) {
+    task->set_executor(this);
+    CancelInline(task);
+    return absl::FailedPreconditionError("runtime is shutting down");
+  }
+  task->set_executor(this);
+  task->set_tracked();
+  Worker* w = current_worker;
+  if (w != nullptr && w->scheduler == this) {
+    metrics::OwnerAdd(w->slot->spawned, 1);
+  } else {
+    external_spawned_.fetch_add(1, std::memory_order_relaxed);
+  }
+  Schedule(task, task::ScheduleKind::kSpawn);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Spawn(absl::AnyInvocable<void() &&> fn) {
+  return Spawn(new task::FnTask(std::move(fn)));
+}
+
+void Scheduler::OnComplete(task::Task*) {
+  Worker* w = current_worker;
+  if (w != nullptr && w->scheduler == this) {
+    metrics::OwnerAdd(w->slot->completed, 1);
+  } else {
+    external_completed_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Scheduler::CancelInline(task::Task* task) {
+  // The task is scheduled and we own the queue's reference: mark it
+  // cancelled so RunTask takes the cancel path, never Poll.
+  task->state().Cancel();
+  task::RunTask(task);
+}
+
+void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
+  if (closed()) {
+    CancelInline(task);
+    return;
+  }
+  Worker* w = current_worker;
+  if (w != nullptr && w->scheduler == this &&
+      w->slot->status.load(std::memory_order_relaxed) == SlotStatus::kRunning) {
+    if (kind == task::ScheduleKind::kWake && !w->parked) {
+      task::Task* previous = std::exchange(w->lifo, task);
+      w->slot->metrics.lifo_occupied.store(true, std::memory_order_relaxed);
+      if (previous != nullptr) PushLocal(*w->slot, previous);
+    } else {
+      PushLocal(*w->slot, task);
+    }
+    // A lone worker has nobody to wake (it is the caller): skip the fence in
+    // WorkerToNotify. A worker added by a resize starts unparked and looks
+    // at every queue before it parks.
+    if (idle_.num_workers() <= 1) return;
+    if (kind == task::ScheduleKind::kIo) {
+      NotifyParked(/*unthrottled=*/true, w->index);
+    } else if (!w->searching &&
+               (w->lifo != nullptr ? 1u : 0u) + w->slot->queue.Len() > 1) {
+      NotifyParked(/*unthrottled=*/false);
+    }
+    return;
+  }
+  injector_.Push(task);
+  NotifyParked(kind == task::ScheduleKind::kIo);
+  // Join may have drained the injector for the last time already.
+  if (joined_.load(std::memory_order_seq_cst)) DrainInjectorCancelled();
+}
+
+void Scheduler::PushLocal(WorkerSlot& slot, task::Task* task) {
+  if (slot.queue.TryPush(task)) return;
+  std::vector<task::Task*> batch;
+  batch.reserve(LocalQueue::kCapacity / 2 + 1);
+  if (slot.queue.TakeHalfForOverflow(batch)) {
+    metrics::OwnerAdd(slot.metrics.overflows, 1);
+    // The just-scheduled task goes last: older work first.
+    batch.push_back(task);
+    injector_.PushBatch(batch);
+  } else {
+    injector_.Push(task);
+  }
+}
+
+void Scheduler::NotifyParked(bool unthrottled,
+                             std::optional<std::size_t> exclude) {
+  if (std::optional<std::size_t> worker =
+          idle_.WorkerToNotify(unthrottled, exclude)) {
+    WorkerSlot* slot = slots_[*worker].load(std::memory_order_acquire);
+    slot->parker.Unpark();
+  }
+}
+
+bool Scheduler::AnyLocalWork(std::optional<std::size_t> exclude) const {
+  const std::size_t n = slot_count();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (exclude && *exclude == i) continue;
+    const WorkerSlot* slot = slots_[i].load(std::memory_order_acquire);
+    if (slot != nullptr && !slot->queue.IsEmpty()) return true;
+  }
+  return false;
+}
+
+void Scheduler::NotifyIfWorkPending(std::optional<std::size_t> exclude) {
+  if (!injector_.IsEmpty() || AnyLocalWork(exclude)) {
+    NotifyParked(/*unthrottled=*/false, exclude);
+  }
+}
+
+void Scheduler::UnparkAll() {
+  const std::size_t n = slot_count();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (WorkerSlot* slot = slots_[i].load(std::memory_order_acquire)) {
+      slot->parker.Unpark();
+    }
+  }
+}
+
+absl::Status Scheduler::Resize(std::size_t workers) {
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  if (!started_) return absl::FailedPreconditionError("scheduler not started");
+  if (closed()) return absl::FailedPreconditionError("scheduler is closed");
+  if (workers == 0 || workers > options_.max_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker count must be in [1, ", options_.max_workers, "], got ",
+        workers));
+  }
+  target_workers_.store(workers, std::memory_order_release);
+  // Count running workers; retiring ones are already on their way out.
+  std::vector<std::size_t> running;
+  for (std::size_t i = 0; i < options_.max_workers; ++i) {
+    WorkerSlot* slot = slots_[i].load(std::memory_order_acquire);
+    if (slot != nullptr &&
+        slot->status.load(std::memory_order_acquire) == SlotStatus::kRunning) {
+      running.push_back(i);
+    }
+  }
+  if (workers > running.size()) {
+    std::size_t needed = workers - running.size();
+    for (std::size_t i = 0; i < options_.max_workers && needed > 0; ++i) {
+      WorkerSlot* slot = slots_[i].load(std::memory_order_acquire);
+      const SlotStatus status = slot == nullptr
+                                    ? SlotStatus::kUnused
+                                    : slot->status.load(std::memory_order_acquire);
+      if (status == SlotStatus::kUnused || status == SlotStatus::kExited) {
+        absl::Status s = StartWorkerLocked(i);
+        if (!s.ok()) return s;
+        --needed;
+      }
+    }
+  } else {
+    // Retire the highest-numbered workers.
+    for (std::size_t k = workers; k < running.size(); ++k) {
+      WorkerSlot* slot = slots_[running[k]].load(std::memory_order_acquire);
+      slot->status.store(SlotStatus::kRetiring, std::memory_order_release);
+      slot->parker.Unpark();
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Scheduler::Close() {
+  if (closed_.exchange(true, std::memory_order_seq_cst)) return;
+  UnparkAll();
+  if (driver_ != nullptr && driver_->driver != nullptr) driver_->driver->Unpark();
+}
+
+void Scheduler::Join() {
+  if (IsWorkerThread()) return;  // A thread cannot join itself.
+  Close();
+  std::lock_guard<std::mutex> lock(lifecycle_mu_);
+  for (std::size_t i = 0; i < options_.max_workers; ++i) {
+    WorkerSlot* slot = slots_[i].load(std::memory_order_acquire);
+    if (slot == nullptr) continue;
+    // Keep waking: a worker may be between its last check and parking.
+    while (slot->thread.joinable()) {
+      if (slot->status.load(std::memory_order_acquire) == SlotStatus::kExited) {
+        slot->thread.join();
+        break;
+      }
+      slot->parker.Unpark();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  joined_.store(true, std::memory_order_seq_cst);
+  DrainInjectorCancelled();
+}
+
+void Scheduler::DrainInjectorCancelled() {
+  while (task::Task* t = injector_.Pop()) CancelInline(t);
+}
+
+bool Scheduler::IsWorkerThread() const {
+  return current_worker != nullptr && current_worker->scheduler == this;
+}
+
+int Scheduler::CurrentWorkerIndex() const {
+  return IsWorkerThread() ? static_cast<int>(current_worker->index) : -1;
+}
+
+bool Scheduler::SlotActive(std::size_t index) const {
+  if (index >= options_.max_workers) return false;
+  const WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
+  if (slot == nullptr) return false;
+  const SlotStatus s = slot->status.load(std::memory_order_acquire);
+  return s == SlotStatus::kRunning || s == SlotStatus::kRetiring;
+}
+
+const metrics::WorkerMetrics* Scheduler::WorkerMetrics(std::size_t index) const {
+  if (index >= options_.max_workers) return nullptr;
+  const WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
+  return slot == nullptr ? nullptr : &slot->metrics;
+}
+
+metrics::WorkerMetrics* Scheduler::MutableWorkerMetrics(std::size_t index) {
+  if (index >= options_.max_workers) return nullptr;
+  WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
+  return slot == nullptr ? nullptr : &slot->metrics;
+}
+
+std::uint32_t Scheduler::LocalQueueDepth(std::size_t index) const {
+  if (index >= options_.max_workers) return 0;
+  const WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
+  return slot == nullptr ? 0 : slot->queue.Len();
+}
+
+std::size_t Scheduler::tasks_in_flight() const {
+  std::uint64_t spawned = external_spawned_.load(std::memory_order_acquire);
+  std::uint64_t completed = external_completed_.load(std::memory_order_acquire);
+  const std::size_t n = slot_count();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (const WorkerSlot* slot = slots_[i].load(std::memory_order_acquire)) {
+      spawned += slot->spawned.load(std::memory_order_acquire);
+      completed += slot->completed.load(std::memory_order_acquire);
+    }
+  }
+  return spawned > completed ? static_cast<std::size_t>(spawned - completed)
+                             : 0;
+}
+
+std::size_t Scheduler::num_parked() const {
+  const std::size_t workers = idle_.num_workers();
+  const std::size_t unparked = idle_.num_unparked();
+  return workers > unparked ? workers - unparked : 0;
+}
+
+bool Scheduler::IsQuiescent() const {
+  if (!injector_.IsEmpty() || AnyLocalWork(std::nullopt)) return false;
+  const std::size_t n = slot_count();
+  for (std::size_t i = 0; i < n; ++i) {
+    const WorkerSlot* slot = slots_[i].load(std::memory_order_acquire);
+    if (slot == nullptr) continue;
+    if (slot->metrics.current_task_id.load(std::memory_order_acquire) != 0 ||
+        slot->metrics.lifo_occupied.load(std::memory_order_acquire)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Scheduler::WorkerMain(std::size_t index) {
+  WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
+  pthread_setname_np(pthread_self(),
+                     absl::StrCat(options_.thread_name_prefix, "-", index)
+                         .substr(0, 15)
+                         .c_str());
+  Worker worker(this, index, slot);
+  current_worker = &worker;
+  RunHook(hooks_.on_start, index);
+  worker.Run();
+  RunHook(hooks_.on_stop, index);
+  current_worker = nullptr;
+  live_workers_.fetch_sub(1, std::memory_order_acq_rel);
+  slot->status.store(SlotStatus::kExited, std::memory_order_release);
+}
+
+// ---------------------------------------------------------------------------
+// Worker
+
+bool Scheduler::Worker::ShouldExit() const {
+  return scheduler->closed() ||
+         slot->status.load(std::memory_order_acquire) == SlotStatus::kRetiring;
+}
+
+void Scheduler::Worker::Run() {
+  busy_since = NowNs();
+  while (true) {
+    if (scheduler->closed()) {
+      DrainCancelled();
+      EndBusyPeriod();
+      return;
+    }
+    if (slot->status.load(std::memory_order_acquire) == SlotStatus::kRetiring) {
+      Retire();
+      EndBusyPeriod();
+      return;
+    }
+    if (until_event == 0) {
+      until_event = scheduler->options_.event_interval;
+      Maintenance();
+    }
+    --until_event;
+    if (task::Task* t = NextTask()) {
+      RunWithLifo(t);
+      continue;
+    }
+    if (task::Task* t = StealWork()) {
+      RunWithLifo(t);
+      continue;
+    }
+    Park();
+  }
+}
+
+task::Task* Scheduler::Worker::NextTask() {
+  Injector& injector = scheduler->injector_;
+  if (until_global == 0) {
+    until_global = scheduler->options_.global_queue_interval;
+    --until_global;
+    if (task::Task* t = injector.Pop()) return t;
+  } else {
+    --until_global;
+  }
+  if (task::Task* t = slot->queue.Pop()) return t;
+  if (injector.IsEmpty()) return nullptr;
+  // Take a fair share of the global queue in one lock, not one at a time.
+  const std::size_t workers =
+      std::max<std::size_t>(1, scheduler->idle_.num_workers());
+  std::size_t want = injector.Len() / workers + 1;
+  want = std::min<std::size_t>(want, slot->queue.RemainingSlots());
+  want = std::min<std::size_t>(want, LocalQueue::kCapacity / 2);
+  if (want == 0) return injector.Pop();
+  std::vector<task::Task*> batch;
+  batch.reserve(want);
+  if (injector.PopBatch(want, batch) == 0) return nullptr;
+  for (std::size_t i = 1; i < batch.size(); ++i) {
+    // Room was checked above and only this thread pushes.
+    if (!slot->queue.TryPush(batch[i])) injector.Push(batch[i]);
+  }
+  return batch[0];
+}
+
+task::Task* Scheduler::Worker::StealWork() {
+  if (!searching) {
+    if (!scheduler->idle_.TransitionWorkerToSearching()) return nullptr;
+    searching = true;
+  }
+  const std::size_t n = scheduler->slot_count();
+  const std::size_t start = n == 0 ? 0 : NextRandom() % n;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (start + k) % n;
+    if (i == index) continue;
+    WorkerSlot* victim = scheduler->slots_[i].load(std::memory_order_acquire);
+    if (victim == nullptr) continue;
+    std::uint32_t stolen = 0;
+    if (task::Task* t = victim->queue.StealInto(slot->queue, stolen)) {
+      metrics::OwnerAdd(slot->metrics.steals, 1);
+      metrics::OwnerAdd(slot->metrics.stolen_units, stolen);
+      victim->metrics.stolen_from.fetch_add(1, std::memory_order_relaxed);
+      return t;
+    }
+  }
+  return scheduler->injector_.Pop();
+}
+
+void Scheduler::Worker::LeaveSearching() {
+  if (!searching) return;
+  searching = false;
+  // The last searcher found work: if more is queued anywhere (pushed while
+  // producers saw us searching and so woke nobody), someone else must come
+  // and look. If every queue is empty, waking a sleeper would only put a
+  // futex wake on the path to running this task.
+  if (scheduler->idle_.TransitionWorkerFromSearching()) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    scheduler->NotifyIfWorkPending(std::nullopt);
+  }
+}
+
+void Scheduler::Worker::RunOne(task::Task* task) {
+  metrics::WorkerMetrics& m = slot->metrics;
+  // The stall detector (Runtime's supervisor) samples this id together
+  // with units_run to tell how long one unit has held the worker.
+  m.current_task_id.store(task->id(), std::memory_order_release);
+  task::RunTask(task);
+  m.current_task_id.store(0, std::memory_order_release);
+  metrics::OwnerAdd(m.units_run, 1);
+}
+
+void Scheduler::Worker::EndBusyPeriod() {
+  const std::int64_t now = NowNs();
+  if (busy_since != 0) {
+    metrics::OwnerAdd(slot->metrics.busy_ns,
+                      static_cast<std::uint64_t>(now - busy_since));
+  }
+  busy_since = 0;
+}
+
+void Scheduler::Worker::RunWithLifo(task::Task* task) {
+  LeaveSearching();
+  RunOne(task);
+  std::uint32_t lifo_polls = 0;
+  while (lifo != nullptr) {
+    task::Task* next = std::exchange(lifo, nullptr);
+    slot->metrics.lifo_occupied.store(false, std::memory_order_relaxed);
+    if (lifo_polls >= scheduler->options_.max_lifo_polls ||
+        scheduler->closed()) {
+      // Enough ping-pong: the queue gets its turn.
+      scheduler->PushLocal(*slot, next);
+      return;
+    }
+    ++lifo_polls;
+    RunOne(next);
+  }
+}
+
+void Scheduler::Worker::Maintenance() {
+  parked = true;  // Reactor wakes from here go to the queue.
+  if (slot->parker.PollDriver()) {
+    metrics::OwnerAdd(slot->metrics.reactor_polls, 1);
+  }
+  parked = false;
+}
+
+void Scheduler::Worker::Park() {
+  EndBusyPeriod();
+  Idle& idle = scheduler->idle_;
+  const bool was_searching = searching;
+  searching = false;
+  const bool last_searcher = idle.TransitionWorkerToParked(index, was_searching);
+  // Work pushed between our last look and the line above would otherwise
+  // wait for somebody else to finish a unit.
+  if (last_searcher || !scheduler->injector_.IsEmpty()) {
+    scheduler->NotifyIfWorkPending(std::nullopt);
+  }
+  metrics::OwnerAdd(slot->metrics.parks, 1);
+  RunHook(scheduler->hooks_.before_park, index);
+  parked = true;
+  while (true) {
+    if (ShouldExit()) {
+      if (!idle.UnparkWorkerById(index)) {
+        // A producer already unparked us and counted us as searching.
+        scheduler->idle_.TransitionWorkerFromSearching();
+      }
+      break;
+    }
+    if (slot->parker.Park(std::nullopt)) {
+      metrics::OwnerAdd(slot->metrics.reactor_polls, 1);
+    }
+    if (!slot->queue.IsEmpty()) {
+      // The reactor handed us work while we drove it.
+      if (!idle.UnparkWorkerById(index)) searching = true;
+      break;
+    }
+    if (!idle.IsParked(index)) {
+      searching = true;  // Unparked by a producer, counted as searching.
+      break;
+    }
+  }
+  parked = false;
+  RunHook(scheduler->hooks_.after_unpark, index);
+  busy_since = NowNs();
+}
+
+void Scheduler::Worker::Retire() {
+  LeaveSearching();
+  std::vector<task::Task*> handoff;
+  if (lifo != nullptr) {
+    handoff.push_back(std::exchange(lifo, nullptr));
+    slot->metrics.lifo_occupied.store(false, std::memory_order_relaxed);
+  }
+  while (task::Task* t = slot->queue.Pop()) handoff.push_back(t);
+  scheduler->idle_.RemoveWorker();
+  if (!handoff.empty()) {
+    scheduler->injector_.PushBatch(handoff);
+    for (std::size_t i = 0; i < handoff.size() && i < 4; ++i) {
+      scheduler->NotifyParked(/*unthrottled=*/false);
+    }
+    // Every sleeper may be counted "searching" by now; make sure one wakes.
+    scheduler->NotifyIfWorkPending(index);
+  }
+}
+
+void Scheduler::Worker::DrainCancelled() {
+  if (lifo != nullptr) {
+    scheduler->CancelInline(std::exchange(lifo, nullptr));
+    slot->metrics.lifo_occupied.store(false, std::memory_order_relaxed);
+  }
+  while (task::Task* t = slot->queue.Pop()) scheduler->CancelInline(t);
+  scheduler->DrainInjectorCancelled();
+}
+
+}  // namespace mt::runtime::scheduler

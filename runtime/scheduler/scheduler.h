@@ -1,0 +1,164 @@
+#ifndef MT_RUNTIME_SCHEDULER_SCHEDULER_H_
+#define MT_RUNTIME_SCHEDULER_SCHEDULER_H_
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "runtime/metrics/worker_metrics.h"
+#include "runtime/scheduler/hooks.h"
+#include "runtime/scheduler/idle.h"
+#include "runtime/scheduler/injector.h"
+#include "runtime/scheduler/local_queue.h"
+#include "runtime/scheduler/park.h"
+#include "runtime/task/task.h"
+
+namespace mt::runtime::scheduler {
+
+struct SchedulerOptions {
+  std::string thread_name_prefix = "mt-worker";
+  // Upper bound for live resizing; worker slots are never freed before the
+  // scheduler is, so stealers can index them without a lock.
+  std::size_t max_workers = 256;
+  // Every Nth tick a worker looks at the injector first (fairness for work
+  // from outside), and every Mth tick it polls the reactor without sleeping
+  // (so I/O and timers progress while every worker is busy).
+  std::uint32_t global_queue_interval = 31;
+  std::uint32_t event_interval = 61;
+  // Consecutive runs from the LIFO slot before its task is sent to the back
+  // of the queue; stops a ping-pong pair from starving everything else.
+  std::uint32_t max_lifo_polls = 3;
+};
+
+// The multi-threaded work-stealing scheduler.
+//
+//   outside threads ──push──► Injector (global FIFO) ◄──batches── workers
+//   worker k: LIFO slot + LocalQueue (ring of 256) ◄──steal half── others
+//
+// A worker runs its LIFO slot (the unit it just woke), then its own queue,
+// then the injector, then steals from random victims, and finally parks:
+// on the shared reactor if nobody else drives it, else on its condition
+// variable. Idle tracks searching/parked workers so a push wakes at most one
+// sleeper and never none when one is needed.
+class Scheduler final : public task::Executor {
+ public:
+  Scheduler(SchedulerOptions options, WorkerHooks hooks, SharedDriver* driver);
+  ~Scheduler() override;
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  absl::Status Start(std::size_t workers);
+
+  // Queues a new task created in the kScheduled state (its one reference
+  // moves to the queue); counted as in flight until it completes.
+  absl::Status Spawn(task::Task* task);
+  absl::Status Spawn(absl::AnyInvocable<void() &&> fn);
+
+  // task::Executor.
+  void Schedule(task::Task* task, task::ScheduleKind kind) override;
+  void OnComplete(task::Task* task) override;
+
+  // Live resize: start workers up to `workers`, or ask the highest-numbered
+  // ones to retire (each finishes its current unit, hands its queue to the
+  // injector and exits). Returns at once; retired threads are joined by a
+  // later Resize or by Join.
+  absl::Status Resize(std::size_t workers);
+
+  // Stops scheduling: from now on every queued task and every task woken
+  // runs its cancel path instead of Poll, and workers exit once their
+  // queues are drained. Idempotent, any thread.
+  void Close();
+  // Joins every worker (not from a worker) and cancels anything still
+  // queued. Idempotent.
+  void Join();
+
+  bool IsWorkerThread() const;
+  // Index of the calling worker, or -1.
+  int CurrentWorkerIndex() const;
+  // Wakes every parked worker (shutdown, tests).
+  void UnparkAll();
+
+  // Metrics. Every read is a relaxed load; nothing waits for a worker.
+  std::size_t target_workers() const {
+    return target_workers_.load(std::memory_order_acquire);
+  }
+  std::size_t live_workers() const {
+    return live_workers_.load(std::memory_order_acquire);
+  }
+  // Number of worker slots ever used (indices are < this).
+  std::size_t slot_count() const {
+    return slot_high_water_.load(std::memory_order_acquire);
+  }
+  // False for a slot that has no worker thread now.
+  bool SlotActive(std::size_t index) const;
+  const metrics::WorkerMetrics* WorkerMetrics(std::size_t index) const;
+  // For the runtime's supervisor, which publishes its "running since"
+  // estimates there.
+  metrics::WorkerMetrics* MutableWorkerMetrics(std::size_t index);
+  std::uint32_t LocalQueueDepth(std::size_t index) const;
+  std::size_t injector_depth() const { return injector_.Len(); }
+  std::size_t tasks_in_flight() const;
+  std::size_t num_searching() const { return idle_.num_searching(); }
+  std::size_t num_parked() const;
+  // True when nothing is queued anywhere and no worker is running a unit.
+  bool IsQuiescent() const;
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+ private:
+  enum class SlotStatus : int { kUnused, kRunning, kRetiring, kExited };
+  struct WorkerSlot {
+    explicit WorkerSlot(SharedDriver* driver) : parker(driver) {}
+    LocalQueue queue;
+    Parker parker;
+    metrics::WorkerMetrics metrics;
+    std::atomic<SlotStatus> status{SlotStatus::kUnused};
+    std::atomic<std::uint64_t> spawned{0};
+    std::atomic<std::uint64_t> completed{0};
+    std::thread thread;  // Guarded by the scheduler's lifecycle_mu_.
+  };
+
+ public:
+  // A worker thread's private state; defined in scheduler.cc.
+  class Worker;
+
+ private:
+  absl::Status StartWorkerLocked(std::size_t index);
+  void WorkerMain(std::size_t index);
+  void PushLocal(WorkerSlot& slot, task::Task* task);
+  void NotifyParked(bool unthrottled,
+                    std::optional<std::size_t> exclude = std::nullopt);
+  // Wakes a worker if any queue holds work (the last searcher's duty).
+  void NotifyIfWorkPending(std::optional<std::size_t> exclude);
+  bool AnyLocalWork(std::optional<std::size_t> exclude) const;
+  // Runs the cancel path of a task that can no longer be scheduled.
+  void CancelInline(task::Task* task);
+  void DrainInjectorCancelled();
+
+  const SchedulerOptions options_;
+  const WorkerHooks hooks_;
+  SharedDriver* const driver_;
+  Injector injector_;
+  Idle idle_;
+  std::unique_ptr<std::atomic<WorkerSlot*>[]> slots_;
+  std::atomic<std::size_t> slot_high_water_{0};
+  std::atomic<std::size_t> target_workers_{0};
+  std::atomic<std::size_t> live_workers_{0};
+  std::atomic<std::uint64_t> external_spawned_{0};
+  std::atomic<std::uint64_t> external_completed_{0};
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> joined_{false};
+
+  std::mutex lifecycle_mu_;
+  bool started_ = false;  // Guarded by lifecycle_mu_.
+};
+
+}  // namespace mt::runtime::scheduler
+
+#endif  // MT_RUNTIME_SCHEDULER_SCHEDULER_H_

@@ -1,0 +1,302 @@
+// The scheduler through a real Runtime (it needs the reactor to park on).
+
+#include "runtime/scheduler/scheduler.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/runtime.h"
+#include "runtime/testing/notification.h"
+#include "runtime/testing/test_tasks.h"
+
+namespace mt::runtime {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::Eventually;
+using testing::LambdaTask;
+using testing::Notification;
+
+Config TestConfig(std::size_t workers,
+                  ReactorMode reactor = ReactorMode::kWorkers) {
+  Config config;
+  config.worker_threads = workers;
+  config.max_worker_threads = 16;
+  config.reactor = reactor;
+  config.stall_threshold = milliseconds(0);
+  config.shutdown_grace = milliseconds(2000);
+  return config;
+}
+
+void BusyFor(std::chrono::microseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
+class SchedulerTest : public ::testing::TestWithParam<ReactorMode> {};
+
+TEST_P(SchedulerTest, EverySpawnedUnitRunsOnce) {
+  Runtime rt(TestConfig(2, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  constexpr int kUnits = 20000;
+  std::vector<std::atomic<int>> ran(kUnits);
+  for (int i = 0; i < kUnits; ++i) {
+    ASSERT_TRUE(rt.Spawn([&ran, i] { ran[i].fetch_add(1); }).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+  for (int i = 0; i < kUnits; ++i) ASSERT_EQ(ran[i].load(), 1) << i;
+  rt.Shutdown();
+}
+
+TEST_P(SchedulerTest, UnitsSpawnedFromWorkersRunAndAreStolen) {
+  Runtime rt(TestConfig(2, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  constexpr int kChildren = 200;  // Fits the local ring: no overflow.
+  std::atomic<int> done{0};
+  std::mutex mu;
+  std::set<int> workers_used;
+  ASSERT_TRUE(rt.Spawn([&] {
+                  for (int i = 0; i < kChildren; ++i) {
+                    (void)rt.Spawn([&] {
+                      BusyFor(std::chrono::microseconds(50));
+                      {
+                        std::lock_guard<std::mutex> lock(mu);
+                        workers_used.insert(rt.scheduler().CurrentWorkerIndex());
+                      }
+                      done.fetch_add(1);
+                    });
+                  }
+                }).ok());
+  ASSERT_TRUE(Eventually([&] { return done.load() == kChildren; }));
+  // The children landed in one worker's local queue; the other stole.
+  EXPECT_EQ(workers_used.size(), 2u);
+  const auto snap = rt.Snapshot();
+  std::uint64_t steals = 0, stolen_from = 0;
+  for (const auto& w : snap.workers) {
+    steals += w.steals;
+    stolen_from += w.stolen_from;
+  }
+  EXPECT_GT(steals, 0u);
+  EXPECT_EQ(steals, stolen_from);
+  rt.Shutdown();
+}
+
+TEST_P(SchedulerTest, HooksRunOnEveryWorkerAndParkHooksBalance) {
+  std::atomic<int> starts{0}, stops{0}, parks{0}, unparks{0};
+  scheduler::WorkerHooks hooks;
+  hooks.on_start = [&](std::size_t) { starts.fetch_add(1); };
+  hooks.on_stop = [&](std::size_t) { stops.fetch_add(1); };
+  hooks.before_park = [&](std::size_t) { parks.fetch_add(1); };
+  hooks.after_unpark = [&](std::size_t) { unparks.fetch_add(1); };
+  {
+    Runtime rt(TestConfig(3, GetParam()), hooks);
+    ASSERT_TRUE(rt.Start().ok());
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(rt.Spawn([] {}).ok());
+    ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+    ASSERT_TRUE(Eventually([&] { return parks.load() >= 3; }));
+    rt.Shutdown();
+  }
+  EXPECT_EQ(starts.load(), 3);
+  EXPECT_EQ(stops.load(), 3);
+  EXPECT_EQ(parks.load(), unparks.load());
+}
+
+// A task woken from many threads while it runs: never polled by two
+// threads at once, and a wake after the storm still leads to a poll.
+TEST_P(SchedulerTest, WakeStormNeverOverlapsAndLastWakeIsHonoured) {
+  Runtime rt(TestConfig(2, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  std::atomic<bool> inside{false};
+  std::atomic<int> overlaps{0}, polls{0};
+  auto* t = new LambdaTask(
+      [&](LambdaTask*) {
+        if (inside.exchange(true)) overlaps.fetch_add(1);
+        polls.fetch_add(1);
+        inside.store(false);
+        return false;
+      },
+      /*scheduled=*/true);
+  t->Ref();  // Ours, for waking.
+  ASSERT_TRUE(rt.Spawn(t).ok());
+  std::vector<std::thread> wakers;
+  for (int k = 0; k < 3; ++k) {
+    wakers.emplace_back([t] {
+      for (int i = 0; i < 20000; ++i) t->Wake();
+    });
+  }
+  for (auto& w : wakers) w.join();
+  ASSERT_TRUE(Eventually([&] {
+    return (t->state().Load() & (task::State::kScheduled | task::State::kRunning)) == 0;
+  }));
+  const int before = polls.load();
+  t->Wake();
+  EXPECT_TRUE(Eventually([&] { return polls.load() > before; }));
+  EXPECT_EQ(overlaps.load(), 0);
+  t->Cancel();
+  t->Unref();
+  rt.Shutdown();
+}
+
+// Two tasks that wake each other forever would own the LIFO slot; the cap
+// must still let a queued task run.
+TEST_P(SchedulerTest, PingPongPairCannotStarveTheQueue) {
+  Runtime rt(TestConfig(1, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  std::atomic<bool> stop{false};
+  LambdaTask* a = nullptr;
+  LambdaTask* b = nullptr;
+  a = new LambdaTask([&](LambdaTask*) {
+    if (stop.load()) return true;
+    b->Wake();
+    return false;
+  }, /*scheduled=*/false);
+  b = new LambdaTask([&](LambdaTask*) {
+    if (stop.load()) return true;
+    a->Wake();
+    return false;
+  }, /*scheduled=*/false);
+  a->set_executor(rt.executor());
+  b->set_executor(rt.executor());
+  Notification starved_task_ran;
+  ASSERT_TRUE(rt.Spawn([&] {
+                  a->Wake();
+                  // Spawned behind the pair on the same worker.
+                  (void)rt.Spawn([&] { starved_task_ran.Notify(); });
+                }).ok());
+  EXPECT_TRUE(starved_task_ran.WaitFor(milliseconds(5000)));
+  stop.store(true);
+  a->Wake();
+  b->Wake();
+  ASSERT_TRUE(Eventually([&] {
+    return (a->state().Load() & task::State::kComplete) &&
+           (b->state().Load() & task::State::kComplete);
+  }));
+  a->Unref();
+  b->Unref();
+  rt.Shutdown();
+}
+
+TEST_P(SchedulerTest, TimerWakesTaskNotBeforeDeadline) {
+  Runtime rt(TestConfig(2, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  time::TimerEntry entry;
+  Notification fired;
+  std::atomic<int> step{0};
+  const auto armed_at = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point fired_at;
+  auto* t = new LambdaTask([&](LambdaTask* self) {
+    if (step.fetch_add(1) == 0) {
+      rt.driver().timers().Arm(&entry, armed_at + milliseconds(30), self);
+      return false;
+    }
+    fired_at = std::chrono::steady_clock::now();
+    fired.Notify();
+    return true;
+  });
+  ASSERT_TRUE(rt.Spawn(t).ok());
+  ASSERT_TRUE(fired.WaitFor(milliseconds(5000)));
+  EXPECT_GE(fired_at - armed_at, milliseconds(30));
+  EXPECT_LT(fired_at - armed_at, milliseconds(2000));
+  rt.Shutdown();
+}
+
+TEST_P(SchedulerTest, ReadinessWakesWaitingTask) {
+  Runtime rt(TestConfig(2, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  io::ScheduledIo* io = *rt.driver().io().Register(fds[0]);
+  Notification got;
+  std::atomic<int> bytes{0};
+  auto* t = new LambdaTask([&](LambdaTask* self) {
+    while (true) {
+      auto ready = rt.driver().io().PollReady(io, io::Direction::kRead, self);
+      if (!ready) return false;  // Woken when readable.
+      char buf[16];
+      const ssize_t n = read(fds[0], buf, sizeof(buf));
+      if (n > 0) {
+        bytes.fetch_add(static_cast<int>(n));
+        if (bytes.load() >= 3) {
+          got.Notify();
+          return true;
+        }
+        continue;
+      }
+      rt.driver().io().ClearReadiness(io, io::Direction::kRead, *ready);
+    }
+  });
+  ASSERT_TRUE(rt.Spawn(t).ok());
+  std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_EQ(write(fds[1], "a", 1), 1);
+  std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_EQ(write(fds[1], "bc", 2), 2);
+  EXPECT_TRUE(got.WaitFor(milliseconds(5000)));
+  ASSERT_TRUE(rt.driver().io().Deregister(io).ok());
+  close(fds[0]);
+  close(fds[1]);
+  rt.Shutdown();
+}
+
+TEST_P(SchedulerTest, ResizeUpAndDownLosesNothing) {
+  Runtime rt(TestConfig(1, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  ASSERT_TRUE(rt.ResizeWorkers(4).ok());
+  EXPECT_TRUE(Eventually([&] { return rt.scheduler().live_workers() == 4; }));
+  constexpr int kUnits = 5000;
+  std::vector<std::atomic<int>> ran(kUnits);
+  for (int i = 0; i < kUnits; ++i) {
+    ASSERT_TRUE(rt.Spawn([&ran, i] { ran[i].fetch_add(1); }).ok());
+    if (i == kUnits / 2) ASSERT_TRUE(rt.ResizeWorkers(1).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+  for (int i = 0; i < kUnits; ++i) ASSERT_EQ(ran[i].load(), 1) << i;
+  EXPECT_TRUE(Eventually([&] { return rt.scheduler().live_workers() == 1; }));
+  EXPECT_EQ(rt.Snapshot().worker_threads, 1u);
+  EXPECT_EQ(rt.ResizeWorkers(0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rt.ResizeWorkers(17).code(), absl::StatusCode::kInvalidArgument);
+  rt.Shutdown();
+}
+
+TEST_P(SchedulerTest, SpawnAfterShutdownIsRefusedAndDropsTheUnit) {
+  Runtime rt(TestConfig(1, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  rt.Shutdown();
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> weak = token;
+  bool ran = false;
+  EXPECT_EQ(rt.Spawn([&ran, token = std::move(token)] { ran = true; }).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST_P(SchedulerTest, IdleWorkersPark) {
+  Runtime rt(TestConfig(2, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  ASSERT_TRUE(Eventually([&] { return rt.Snapshot().parked_workers == 2; }));
+  Notification ran;
+  ASSERT_TRUE(rt.Spawn([&] { ran.Notify(); }).ok());
+  EXPECT_TRUE(ran.WaitFor(milliseconds(5000)));
+  rt.Shutdown();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ReactorModes, SchedulerTest,
+    ::testing::Values(ReactorMode::kWorkers, ReactorMode::kDedicatedThread),
+    [](const ::testing::TestParamInfo<ReactorMode>& info) {
+      return info.param == ReactorMode::kWorkers ? std::string("WorkersDrive")
+                                                 : std::string("DedicatedThread");
+    });
+
+}  // namespace
+}  // namespace mt::runtime

@@ -1,0 +1,104 @@
+#ifndef MT_RUNTIME_TASK_TASK_H_
+#define MT_RUNTIME_TASK_TASK_H_
+
+#include <cstdint>
+
+#include "absl/functional/any_invocable.h"
+#include "runtime/task/state.h"
+
+namespace mt::runtime::task {
+
+class Task;
+
+// Why a unit is being queued; the scheduler picks the queue and whether to
+// wake a parked worker from it.
+enum class ScheduleKind {
+  kSpawn,  // New work.
+  kWake,   // Woken by another unit or thread: LIFO slot when on a worker.
+  kYield,  // Woken during its own run: back of the queue, for fairness.
+  kIo,     // Woken by the reactor: unthrottled wakeup of a parked worker.
+};
+
+// Where a task goes when it is woken. Implemented by the scheduler; tests
+// implement it with a plain queue.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Takes over one reference to `task`, which is in the kScheduled state.
+  virtual void Schedule(Task* task, ScheduleKind kind) = 0;
+  // A task created through the executor's spawn (tracked) completed; lets
+  // it count work in flight. Called before the runner's reference drops.
+  virtual void OnComplete(Task* task) {}
+};
+
+// A schedulable unit: intrusive, reference counted through its State word,
+// polled by at most one thread at a time. Subclasses implement Poll (one
+// step) and optionally OnCancel (release without running).
+class Task {
+ public:
+  // `scheduled` creates the task in the kScheduled state with one reference
+  // owned by the queue it is about to enter; otherwise the creator holds the
+  // one reference and the task is idle.
+  explicit Task(bool scheduled);
+  virtual ~Task() = default;
+
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+
+  // One step. Returns true when the task has finished for good.
+  virtual bool Poll() = 0;
+  // Called instead of (or after) Poll once cancellation was requested.
+  virtual void OnCancel() {}
+
+  State& state() { return state_; }
+  std::uint64_t id() const { return id_; }
+  Executor* executor() const { return executor_; }
+  void set_executor(Executor* executor) { executor_ = executor; }
+  // Set by the executor's spawn before the task is published.
+  bool tracked() const { return tracked_; }
+  void set_tracked() { tracked_ = true; }
+
+  // Wakes the task from any thread; at most one wake queues it and a wake
+  // during a run is remembered.
+  void Wake(ScheduleKind kind = ScheduleKind::kWake);
+  // Requests cancellation from any thread (see State::Cancel).
+  void Cancel();
+
+  void Ref() { state_.RefInc(); }
+  void Unref() {
+    if (state_.RefDec()) delete this;
+  }
+
+ private:
+  State state_;
+  const std::uint64_t id_;
+  Executor* executor_ = nullptr;
+  bool tracked_ = false;
+};
+
+// What a runner does after popping a task (holding the queue's reference):
+// run it once through its state machine, then drop, requeue (kYield) or
+// complete it.
+void RunTask(Task* task);
+
+// A one-shot unit around a closure: runs it once, or drops it unrun when
+// cancelled. Created scheduled.
+class FnTask final : public Task {
+ public:
+  explicit FnTask(absl::AnyInvocable<void() &&> fn)
+      : Task(/*scheduled=*/true), fn_(std::move(fn)) {}
+  bool Poll() override;
+  void OnCancel() override;
+
+  // Spawning a closure is the hottest allocation in the runtime: blocks
+  // are recycled through a small per-thread free list (see task.cc).
+  static void* operator new(std::size_t size);
+  static void operator delete(void* p, std::size_t size);
+
+ private:
+  absl::AnyInvocable<void() &&> fn_;
+};
+
+}  // namespace mt::runtime::task
+
+#endif  // MT_RUNTIME_TASK_TASK_H_
