@@ -2,6 +2,7 @@
 // Results and how to read them: docs/benchmarks.md.
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -94,6 +95,15 @@ class NullExecutor final : public task::Executor {
   }
 };
 
+
+// CPU time of the whole process (every thread), in microseconds: shows
+// what a design costs beyond the latency the bench thread sees.
+double ProcessCpuUs() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
 
 Config BenchConfig(std::size_t workers, ReactorMode mode = ReactorMode::kWorkers) {
   Config config;
@@ -330,58 +340,77 @@ BENCHMARK(BM_TimerExpire);
 
 // --- reactor --------------------------------------------------------------------
 
-// Round trip through the reactor: the bench thread writes a byte into a
-// socket; a task woken by readability reads it and writes it back; the
-// bench thread's blocking read returns. Both ways of driving the reactor.
+// Round trips through the reactor: the bench thread writes a byte into each
+// of N sockets; a task per socket, woken by readability, reads it and writes
+// it back; the bench thread then reads every echo (blocking). N = 1 is the
+// latency of one wakeup; N = 64 is a burst of events per reactor turn.
+// Both ways of driving the reactor, with the process's CPU per round trip.
+class Echo final : public task::Task {
+ public:
+  Echo(Runtime* rt, io::ScheduledIo* io, int fd)
+      : Task(true), rt_(rt), io_(io), fd_(fd) {}
+  bool Poll() override {
+    while (true) {
+      auto ready = rt_->driver().io().PollReady(io_, io::Direction::kRead, this);
+      if (!ready) return false;
+      char buf[64];
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n > 0) {
+        (void)!write(fd_, buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) return true;  // Peer closed: done.
+      rt_->driver().io().ClearReadiness(io_, io::Direction::kRead, *ready);
+    }
+  }
+
+ private:
+  Runtime* rt_;
+  io::ScheduledIo* io_;
+  int fd_;
+};
+
 void ReactorRoundTrip(benchmark::State& state, ReactorMode mode) {
+  const int connections = static_cast<int>(state.range(0));
   Runtime rt(BenchConfig(2, mode));
   if (!rt.Start().ok()) return state.SkipWithError("runtime failed to start");
-  int fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
-    return state.SkipWithError("socketpair failed");
-  }
-  // fds[0]: the runtime's end, non-blocking; fds[1]: ours, blocking.
-  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-  io::ScheduledIo* io = *rt.driver().io().Register(fds[0]);
-  class Echo final : public task::Task {
-   public:
-    Echo(Runtime* rt, io::ScheduledIo* io, int fd)
-        : Task(true), rt_(rt), io_(io), fd_(fd) {}
-    bool Poll() override {
-      while (true) {
-        auto ready = rt_->driver().io().PollReady(io_, io::Direction::kRead, this);
-        if (!ready) return false;
-        char buf[64];
-        const ssize_t n = read(fd_, buf, sizeof(buf));
-        if (n > 0) {
-          (void)!write(fd_, buf, static_cast<size_t>(n));
-          continue;
-        }
-        if (n == 0) return true;  // Peer closed: done.
-        rt_->driver().io().ClearReadiness(io_, io::Direction::kRead, *ready);
-      }
-    }
-
-   private:
-    Runtime* rt_;
-    io::ScheduledIo* io_;
-    int fd_;
+  struct Conn {
+    int ours = -1;    // Blocking, the bench thread's end.
+    int theirs = -1;  // Non-blocking, the runtime's end.
+    io::ScheduledIo* io = nullptr;
   };
-  (void)rt.Spawn(new Echo(&rt, io, fds[0]));
-  char c = 'x';
+  std::vector<Conn> conns(connections);
+  for (Conn& c : conns) {
+    int fds[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
+      return state.SkipWithError("socketpair failed");
+    }
+    c.theirs = fds[0];
+    c.ours = fds[1];
+    fcntl(c.theirs, F_SETFL, fcntl(c.theirs, F_GETFL) | O_NONBLOCK);
+    c.io = *rt.driver().io().Register(c.theirs);
+    (void)rt.Spawn(new Echo(&rt, c.io, c.theirs));
+  }
+  char byte = 'x';
+  const double cpu_before = ProcessCpuUs();
   for (auto _ : state) {
-    if (write(fds[1], &c, 1) != 1 || read(fds[1], &c, 1) != 1) {
-      state.SkipWithError("echo failed");
-      break;
+    for (Conn& c : conns) {
+      if (write(c.ours, &byte, 1) != 1) state.SkipWithError("write failed");
+    }
+    for (Conn& c : conns) {
+      if (read(c.ours, &byte, 1) != 1) state.SkipWithError("read failed");
     }
   }
-  close(fds[1]);
-  // The echo task sees EOF and finishes; then tear down.
+  const double round_trips = static_cast<double>(state.iterations()) * connections;
+  state.counters["process_cpu_us"] = (ProcessCpuUs() - cpu_before) / round_trips;
+  for (Conn& c : conns) close(c.ours);  // Each echo task sees EOF and ends.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   rt.Shutdown();
-  (void)rt.driver().io().Deregister(io);
-  close(fds[0]);
-  state.SetItemsProcessed(state.iterations());
+  for (Conn& c : conns) {
+    (void)rt.driver().io().Deregister(c.io);
+    close(c.theirs);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(round_trips));
 }
 void BM_ReactorRoundTrip_WorkersDrive(benchmark::State& state) {
   ReactorRoundTrip(state, ReactorMode::kWorkers);
@@ -389,8 +418,8 @@ void BM_ReactorRoundTrip_WorkersDrive(benchmark::State& state) {
 void BM_ReactorRoundTrip_DedicatedReactor(benchmark::State& state) {
   ReactorRoundTrip(state, ReactorMode::kDedicatedThread);
 }
-BENCHMARK(BM_ReactorRoundTrip_WorkersDrive)->UseRealTime();
-BENCHMARK(BM_ReactorRoundTrip_DedicatedReactor)->UseRealTime();
+BENCHMARK(BM_ReactorRoundTrip_WorkersDrive)->Arg(1)->Arg(64)->UseRealTime();
+BENCHMARK(BM_ReactorRoundTrip_DedicatedReactor)->Arg(1)->Arg(64)->UseRealTime();
 
 }  // namespace
 }  // namespace mt::runtime

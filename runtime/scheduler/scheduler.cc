@@ -70,6 +70,7 @@ class Scheduler::Worker {
   void LeaveSearching();
   void Park();
   void Maintenance();
+  void NotifyForReactorWork();
   void Retire();
   void DrainCancelled();
   bool ShouldExit() const;
@@ -191,9 +192,12 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
     // WorkerToNotify. A worker added by a resize starts unparked and looks
     // at every queue before it parks.
     if (idle_.num_workers() <= 1) return;
-    if (kind == task::ScheduleKind::kIo) {
-      NotifyParked(/*unthrottled=*/true, w->index);
-    } else if (!w->searching &&
+    // Reactor wakes delivered while this worker drives the reactor: it will
+    // run them itself when the turn ends and wakes helpers for the rest then
+    // (Worker::NotifyForReactorWork), one futex wake per batch rather than
+    // per event.
+    if (w->parked) return;
+    if (!w->searching &&
                (w->lifo != nullptr ? 1u : 0u) + w->slot->queue.Len() > 1) {
       NotifyParked(/*unthrottled=*/false);
     }
@@ -219,13 +223,15 @@ void Scheduler::PushLocal(WorkerSlot& slot, task::Task* task) {
   }
 }
 
-void Scheduler::NotifyParked(bool unthrottled,
+bool Scheduler::NotifyParked(bool unthrottled,
                              std::optional<std::size_t> exclude) {
   if (std::optional<std::size_t> worker =
           idle_.WorkerToNotify(unthrottled, exclude)) {
     WorkerSlot* slot = slots_[*worker].load(std::memory_order_acquire);
     slot->parker.Unpark();
+    return true;
   }
+  return false;
 }
 
 bool Scheduler::AnyLocalWork(std::optional<std::size_t> exclude) const {
@@ -556,6 +562,18 @@ void Scheduler::Worker::Maintenance() {
     metrics::OwnerAdd(slot->metrics.reactor_polls, 1);
   }
   parked = false;
+  NotifyForReactorWork();
+}
+
+void Scheduler::Worker::NotifyForReactorWork() {
+  // This worker takes one task; every other one a turn of the reactor made
+  // ready may wake a sleeper, whether or not someone is searching: reactor
+  // wakeups are not throttled.
+  std::uint32_t extra = slot->queue.Len();
+  if (extra <= 1) return;
+  for (--extra; extra > 0; --extra) {
+    if (!scheduler->NotifyParked(/*unthrottled=*/true, index)) break;
+  }
 }
 
 void Scheduler::Worker::Park() {
@@ -586,6 +604,7 @@ void Scheduler::Worker::Park() {
     if (!slot->queue.IsEmpty()) {
       // The reactor handed us work while we drove it.
       if (!idle.UnparkWorkerById(index)) searching = true;
+      NotifyForReactorWork();
       break;
     }
     if (!idle.IsParked(index)) {

@@ -132,7 +132,9 @@ class Scheduler final : public task::Executor {
   absl::Status StartWorkerLocked(std::size_t index);
   void WorkerMain(std::size_t index);
   void PushLocal(WorkerSlot& slot, task::Task* task);
-  void NotifyParked(bool unthrottled,
+  // Wakes one sleeper if the Idle protocol says one is needed; true if it
+  // did.
+  bool NotifyParked(bool unthrottled,
                     std::optional<std::size_t> exclude = std::nullopt);
   // Wakes a worker if any queue holds work (the last searcher's duty).
   void NotifyIfWorkPending(std::optional<std::size_t> exclude);
