@@ -89,6 +89,24 @@ def test_snapshot_counts_units(runtime):
     assert sum(w["units_run"] for w in info["workers"]) == n
 
 
+def test_snapshot_describes_scheduler_reactor_and_blocking_pool(runtime):
+    info = mt_asyncio.runtime_info()
+    assert info["state"] == "running"
+    assert info["reactor"] == "workers"
+    assert set(info["blocking"]) == {
+        "threads", "idle", "running", "queued", "max_threads", "completed", "cancelled"}
+    assert info["blocking"]["max_threads"] == 128
+    assert info["timers_pending"] == 0
+    assert info["fds_registered"] == 0
+    assert info["tasks_in_flight"] >= 0
+    worker = info["workers"][0]
+    for key in ("steals", "stolen_from", "reactor_polls", "local_queue_depth",
+                "lifo_occupied", "current_task_id", "current_task_running_ns",
+                "stalled", "active"):
+        assert key in worker
+    assert worker["active"]
+
+
 def test_exception_in_unit_goes_to_unraisablehook(runtime, monkeypatch):
     caught = []
     got = threading.Event()
