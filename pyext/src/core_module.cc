@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "pyext/src/future.h"
 #include "pyext/src/runtime_holder.h"
 #include "runtime/admin/admin_api.h"
 
@@ -153,6 +154,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       "on_worker_thread",
       [] { return RuntimeHolder::Instance().IsWorkerThread(); },
       "True when called on one of the runtime's worker threads.");
+
+  if (mt::pyext::RegisterFutureType(m.ptr()) < 0) throw py::error_already_set();
 
   // The control extension reaches the runtime only through this capsule.
   m.attr("_admin_api") = py::capsule(
