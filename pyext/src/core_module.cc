@@ -16,6 +16,8 @@
 #include <utility>
 
 #include "pyext/src/future.h"
+#include "pyext/src/loop.h"
+#include "pyext/src/task.h"
 #include "pyext/src/runtime_holder.h"
 #include "runtime/admin/admin_api.h"
 
@@ -155,7 +157,11 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       [] { return RuntimeHolder::Instance().IsWorkerThread(); },
       "True when called on one of the runtime's worker threads.");
 
-  if (mt::pyext::RegisterFutureType(m.ptr()) < 0) throw py::error_already_set();
+  if (mt::pyext::RegisterFutureType(m.ptr()) < 0 ||
+      mt::pyext::RegisterLoopTypes(m.ptr()) < 0 ||
+      mt::pyext::RegisterTaskType(m.ptr()) < 0) {
+    throw py::error_already_set();
+  }
 
   // The control extension reaches the runtime only through this capsule.
   m.attr("_admin_api") = py::capsule(

@@ -7,8 +7,6 @@
 namespace mt::pyext {
 namespace {
 
-enum class FutureState : unsigned char { kPending, kCancelled, kFinished };
-
 const char* StateName(FutureState s) {
   switch (s) {
     case FutureState::kPending:
@@ -20,11 +18,6 @@ const char* StateName(FutureState s) {
   }
   return "?";
 }
-
-struct Callback {
-  PyObject* fn;   // Strong.
-  PyObject* ctx;  // Strong (a contextvars.Context).
-};
 
 // What the Future needs from asyncio, imported once.
 struct AsyncioRefs {
@@ -40,34 +33,38 @@ struct AsyncioRefs {
 AsyncioRefs refs;
 PyTypeObject* future_type = nullptr;
 PyTypeObject* future_iter_type = nullptr;
+FutureHooks hooks;
 
 }  // namespace
-
-struct FutureObject {
-  PyObject_HEAD
-  FutureState state;
-  bool blocking;       // _asyncio_future_blocking
-  bool log_traceback;  // An exception was set and nobody looked at it.
-  PyObject* loop;
-  PyObject* result;
-  PyObject* exception;
-  PyObject* exception_tb;
-  PyObject* cancel_msg;
-  PyObject* cancelled_exc;  // Cached CancelledError for result()/exception().
-  std::vector<Callback>* callbacks;  // Pending done callbacks, or nullptr.
-  PyObject* weakreflist;
-  PyObject* dict;  // Instance __dict__: subclasses and tests set attributes.
-};
 
 namespace {
 
 FutureObject* AsFuture(PyObject* o) { return reinterpret_cast<FutureObject*>(o); }
 
-// Hands `cbs` to the loop in registration order, each with its context.
-// Called with no lock held. Steals the references in `cbs`.
+// Hands `cbs` over in registration order: task wakers directly, the rest
+// to the loop (in one ordered batch when the loop is ours). Called with no
+// lock held. Steals the references in `cbs`.
 int ScheduleCallbacks(FutureObject* fut, std::vector<Callback>& cbs) {
+  if (cbs.empty()) return 0;
   int rc = 0;
+  std::vector<Callback> python;
+  python.reserve(cbs.size());
   for (Callback& cb : cbs) {
+    if (cb.ctx == nullptr) {
+      hooks.wake_task(cb.fn);
+      Py_DECREF(cb.fn);
+    } else {
+      python.push_back(cb);
+    }
+  }
+  cbs.clear();
+  if (python.empty()) return 0;
+  if (hooks.schedule_batch != nullptr) {
+    const int taken = hooks.schedule_batch(fut->loop,
+                                           reinterpret_cast<PyObject*>(fut), python);
+    if (taken != 0) return taken < 0 ? -1 : 0;
+  }
+  for (Callback& cb : python) {
     if (rc == 0) {
       PyObject* args[] = {fut->loop, cb.fn, reinterpret_cast<PyObject*>(fut),
                           cb.ctx};
@@ -83,7 +80,6 @@ int ScheduleCallbacks(FutureObject* fut, std::vector<Callback>& cbs) {
     Py_DECREF(cb.fn);
     Py_DECREF(cb.ctx);
   }
-  cbs.clear();
   return rc;
 }
 
@@ -166,7 +162,7 @@ int Future_traverse(PyObject* self, visitproc visit, void* arg) {
   if (fut->callbacks != nullptr) {
     for (const Callback& cb : *fut->callbacks) {
       Py_VISIT(cb.fn);
-      Py_VISIT(cb.ctx);
+      Py_VISIT(cb.ctx);  // Py_VISIT skips a null context (task wakers).
     }
   }
   return 0;
@@ -186,7 +182,7 @@ int Future_clear(PyObject* self) {
     fut->callbacks = nullptr;
     for (Callback& cb : *cbs) {
       Py_DECREF(cb.fn);
-      Py_DECREF(cb.ctx);
+      Py_XDECREF(cb.ctx);
     }
     delete cbs;
   }
@@ -204,8 +200,12 @@ void Future_finalize(PyObject* self) {
   PyObject* saved = PyErr_GetRaisedException();
   PyObject* context = PyDict_New();
   if (context != nullptr) {
-    PyObject* message = PyUnicode_FromFormat(
-        "%s exception was never retrieved", Py_TYPE(self)->tp_name);
+    PyObject* type_name = PyType_GetName(Py_TYPE(self));
+    PyObject* message =
+        type_name == nullptr
+            ? nullptr
+            : PyUnicode_FromFormat("%U exception was never retrieved", type_name);
+    Py_XDECREF(type_name);
     if (message != nullptr &&
         PyDict_SetItemString(context, "message", message) == 0 &&
         PyDict_SetItemString(context, "exception", fut->exception) == 0 &&
@@ -478,6 +478,10 @@ PyObject* Future_remove_done_callback(PyObject* self, PyObject* fn) {
   Py_ssize_t removed = 0;
   int error = 0;
   for (Callback& cb : cbs) {
+    if (cb.ctx == nullptr) {  // A task waker is not the user's to remove.
+      keep.push_back(cb);
+      continue;
+    }
     int eq = error ? 0 : PyObject_RichCompareBool(cb.fn, fn, Py_EQ);
     if (eq < 0) {
       error = 1;
@@ -508,7 +512,7 @@ PyObject* Future_remove_done_callback(PyObject* self, PyObject* fn) {
   if (!pending && ScheduleCallbacks(fut, keep) < 0) error = 1;
   for (Callback& cb : drop) {
     Py_DECREF(cb.fn);
-    Py_DECREF(cb.ctx);
+    Py_XDECREF(cb.ctx);
   }
   if (error) return nullptr;
   return PyLong_FromSsize_t(removed);
@@ -635,7 +639,7 @@ PyObject* Future_get_callbacks(PyObject* self, void*) {
   Py_BEGIN_CRITICAL_SECTION(self);
   if (fut->callbacks != nullptr) {
     for (const Callback& cb : *fut->callbacks) {
-      copy.push_back(Callback{Py_NewRef(cb.fn), Py_NewRef(cb.ctx)});
+      copy.push_back(Callback{Py_NewRef(cb.fn), Py_NewRef(cb.ctx ? cb.ctx : Py_None)});
     }
   }
   Py_END_CRITICAL_SECTION();
@@ -933,6 +937,63 @@ int LoadAsyncioRefs() {
 }  // namespace
 
 PyTypeObject* FutureType() { return future_type; }
+
+void SetFutureHooks(FutureHooks h) { hooks = h; }
+FutureHooks GetFutureHooks() { return hooks; }
+
+PyObject* CancelledErrorType() { return refs.cancelled_error; }
+PyObject* InvalidStateErrorType() { return refs.invalid_state_error; }
+
+int FutureAddWaker(FutureObject* fut, PyObject* task) {
+  bool done = false;
+  Py_BEGIN_CRITICAL_SECTION(fut);
+  if (fut->state != FutureState::kPending) {
+    done = true;
+  } else {
+    if (fut->callbacks == nullptr) fut->callbacks = new std::vector<Callback>();
+    fut->callbacks->push_back(Callback{Py_NewRef(task), nullptr});
+  }
+  Py_END_CRITICAL_SECTION();
+  return done ? 1 : 0;
+}
+
+bool FutureIsDone(FutureObject* fut) {
+  return !IsPending(reinterpret_cast<PyObject*>(fut));
+}
+
+int FutureSetResult(FutureObject* fut, PyObject* result) {
+  PyObject* r = Future_set_result(reinterpret_cast<PyObject*>(fut), result);
+  if (r == nullptr) return -1;
+  Py_DECREF(r);
+  return 0;
+}
+
+int FutureSetException(FutureObject* fut, PyObject* exc) {
+  PyObject* r = Future_set_exception(reinterpret_cast<PyObject*>(fut), exc);
+  if (r == nullptr) return -1;
+  Py_DECREF(r);
+  return 0;
+}
+
+int FutureCancel(FutureObject* fut, PyObject* msg) {
+  bool cancelled = false;
+  std::vector<Callback> cbs;
+  Py_BEGIN_CRITICAL_SECTION(fut);
+  if (fut->state == FutureState::kPending) {
+    fut->state = FutureState::kCancelled;
+    fut->log_traceback = false;
+    Py_XSETREF(fut->cancel_msg, Py_NewRef(msg));
+    cbs = TakeCallbacksLocked(fut);
+    cancelled = true;
+  }
+  Py_END_CRITICAL_SECTION();
+  if (!cancelled) return 0;
+  return ScheduleCallbacks(fut, cbs) < 0 ? -1 : 1;
+}
+
+PyObject* FutureMakeCancelledError(FutureObject* fut) {
+  return MakeCancelledError(fut);
+}
 
 int RegisterFutureType(PyObject* module) {
   if (LoadAsyncioRefs() < 0) return -1;

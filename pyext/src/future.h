@@ -3,6 +3,8 @@
 
 #include <Python.h>
 
+#include <vector>
+
 namespace mt::pyext {
 
 // mt_asyncio's Future: asyncio.Future's API and semantics on the raw C API,
@@ -13,7 +15,60 @@ namespace mt::pyext {
 // nothing that can run Python code (a call, a decref that may finalize) is
 // done while it is held. Done callbacks are handed to the loop in one batch,
 // in registration order, each with the context it was registered with.
-struct FutureObject;
+enum class FutureState : unsigned char { kPending, kCancelled, kFinished };
+
+struct Callback {
+  PyObject* fn;   // Strong.
+  PyObject* ctx;  // Strong contextvars.Context; nullptr marks a task waker:
+                  // `fn` is a Task to wake directly, no loop call involved.
+};
+
+struct FutureObject {
+  PyObject_HEAD
+  FutureState state;
+  bool blocking;       // _asyncio_future_blocking
+  bool log_traceback;  // An exception was set and nobody looked at it.
+  PyObject* loop;
+  PyObject* result;
+  PyObject* exception;
+  PyObject* exception_tb;
+  PyObject* cancel_msg;
+  PyObject* cancelled_exc;  // Cached CancelledError for result()/exception().
+  std::vector<Callback>* callbacks;  // Pending done callbacks, or nullptr.
+  PyObject* weakreflist;
+  PyObject* dict;  // Instance __dict__: subclasses and tests set attributes.
+};
+
+// How the loop takes over what a completed future must run. Installed by
+// the loop module; without them everything goes through loop.call_soon.
+struct FutureHooks {
+  // Wakes a Task registered with FutureAddWaker.
+  void (*wake_task)(PyObject* task) = nullptr;
+  // If `loop` is ours: runs every callback in `cbs` (in order, each in its
+  // context) on a worker, steals the references, returns 1. Returns 0 if
+  // the loop is not ours (nothing taken), -1 on error.
+  int (*schedule_batch)(PyObject* loop, PyObject* fut,
+                        std::vector<Callback>& cbs) = nullptr;
+};
+void SetFutureHooks(FutureHooks hooks);
+FutureHooks GetFutureHooks();
+
+// For Task and the loop, on any FutureObject (subclasses included).
+// Registers `task` to be woken when `fut` is done. Returns 1 if it is done
+// already (nothing registered), 0 when registered, -1 on error.
+int FutureAddWaker(FutureObject* fut, PyObject* task);
+bool FutureIsDone(FutureObject* fut);
+// Completes a pending future; false if it was not pending (no error set).
+// -1 on error.
+int FutureSetResult(FutureObject* fut, PyObject* result);
+int FutureSetException(FutureObject* fut, PyObject* exc);
+// Returns 1 if cancelled now, 0 if it was done, -1 on error.
+int FutureCancel(FutureObject* fut, PyObject* msg);
+// Builds the CancelledError for a cancelled future (new reference).
+PyObject* FutureMakeCancelledError(FutureObject* fut);
+// Module-level references to asyncio's exception classes.
+PyObject* CancelledErrorType();
+PyObject* InvalidStateErrorType();
 
 // Adds mt_asyncio._core.Future (and its await iterator) to `module`.
 // Returns 0, or -1 with an exception set.

@@ -107,6 +107,17 @@ void RuntimeHolder::SpawnCallable(py::object fn) {
   }
 }
 
+std::shared_ptr<runtime::Runtime> RuntimeHolder::EnsureStarted() {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (rt && rt->state() == runtime::admin::RuntimeState::kRunning) return rt;
+  try {
+    Start(runtime::Config{});
+  } catch (const std::runtime_error&) {
+    // Lost a race with another starter: use theirs.
+  }
+  return current();
+}
+
 bool RuntimeHolder::IsWorkerThread() const {
   std::shared_ptr<runtime::Runtime> rt = current();
   return rt && rt->IsWorkerThread();

@@ -31,6 +31,10 @@ class RuntimeHolder final : public runtime::admin::AdminApi {
   // Raises RuntimeError when no runtime is running.
   void SpawnCallable(pybind11::object fn);
   bool IsWorkerThread() const;
+  // The running runtime, starting one with the default configuration if
+  // none runs (what an event loop needs). Needs the caller attached.
+  std::shared_ptr<runtime::Runtime> EnsureStarted();
+  std::shared_ptr<runtime::Runtime> current() const;
 
   // admin::AdminApi, forwarded to the running runtime (FailedPrecondition
   // when none runs).
@@ -40,7 +44,6 @@ class RuntimeHolder final : public runtime::admin::AdminApi {
   absl::Status BeginShutdown(std::chrono::milliseconds grace) override;
 
  private:
-  std::shared_ptr<runtime::Runtime> current() const;
 
   mutable std::mutex mu_;
   std::shared_ptr<runtime::Runtime> runtime_;  // Guarded by mu_.

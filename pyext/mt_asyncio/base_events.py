@@ -1,0 +1,304 @@
+"""The parallel event loop: mt_asyncio's EventLoop.
+
+The hot paths (call_soon, call_later, call_at, time, the run loop, Future
+and Task) are C++ in ``mt_asyncio._core``; this module adds the rest of
+``asyncio.AbstractEventLoop`` the way ``asyncio.base_events`` does:
+run_until_complete, the exception handler API, task factories, async
+generator hooks and executors.
+
+Callbacks and task steps run on the runtime's worker threads, in parallel.
+The thread that calls run_forever() only waits; stop() wakes it.
+"""
+
+import asyncio as _asyncio
+import concurrent.futures
+import logging
+import sys
+import threading
+import weakref
+from asyncio import coroutines, events, futures
+
+from . import _core
+
+__all__ = ["EventLoop", "new_event_loop"]
+
+logger = logging.getLogger("mt_asyncio")
+
+# 3.14 renamed the internal check (the public one is deprecated there).
+_iscoroutinefunction = getattr(coroutines, "_iscoroutinefunction", None) or \
+    coroutines.iscoroutinefunction
+
+
+def _run_until_complete_cb(fut):
+    if not fut.cancelled():
+        exc = fut.exception()
+        if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            # stdlib lets these escape run_forever; the loop is stopped by
+            # the caller re-raising them.
+            return
+    futures._get_loop(fut).stop()
+
+
+class EventLoop(_core.Loop, events.AbstractEventLoop):
+    """An asyncio event loop whose callbacks and tasks run on the mt_asyncio
+    runtime's worker threads, in parallel."""
+
+    def __init__(self):
+        self._exception_handler = None
+        self._debug = coroutines._is_debug_mode()
+        self._task_factory = None
+        self._default_executor = None
+        self._executor_shutdown_called = False
+        self._asyncgens = weakref.WeakSet()
+        self._asyncgens_lock = threading.Lock()
+        self._asyncgens_shutdown_called = False
+        self._thread_id = None
+        self.slow_callback_duration = 0.1
+
+    def __repr__(self):
+        return (f"<{self.__class__.__name__} running={self.is_running()} "
+                f"closed={self.is_closed()} debug={self.get_debug()}>")
+
+    # --- running and stopping ------------------------------------------------
+
+    def _check_closed(self):
+        if self.is_closed():
+            raise RuntimeError("Event loop is closed")
+
+    def _check_running(self):
+        if self.is_running():
+            raise RuntimeError("This event loop is already running")
+        if events._get_running_loop() is not None:
+            raise RuntimeError(
+                "Cannot run the event loop while another loop is running")
+
+    def run_forever(self):
+        """Run until stop() is called."""
+        self._check_closed()
+        self._check_running()
+        old_hooks = sys.get_asyncgen_hooks()
+        self._thread_id = threading.get_ident()
+        sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook,
+                               finalizer=self._asyncgen_finalizer_hook)
+        events._set_running_loop(self)
+        try:
+            self._run_until_stopped()
+        finally:
+            events._set_running_loop(None)
+            self._thread_id = None
+            sys.set_asyncgen_hooks(*old_hooks)
+
+    def run_until_complete(self, future):
+        """Run until the future (a coroutine is wrapped in a Task) is done;
+        return its result or raise its exception."""
+        self._check_closed()
+        self._check_running()
+        new_task = not futures.isfuture(future)
+        future = _asyncio.ensure_future(future, loop=self)
+        future.add_done_callback(_run_until_complete_cb)
+        try:
+            self.run_forever()
+        except BaseException:
+            if new_task and future.done() and not future.cancelled():
+                # The caller gets the exception; don't also log it.
+                future.exception()
+            raise
+        finally:
+            future.remove_done_callback(_run_until_complete_cb)
+        if not future.done():
+            raise RuntimeError("Event loop stopped before Future completed.")
+        return future.result()
+
+    def close(self):
+        """Close the loop: pending callbacks are dropped, the default
+        executor is shut down without waiting."""
+        if self.is_running():
+            raise RuntimeError("Cannot close a running event loop")
+        if self.is_closed():
+            return
+        self._close_core()
+        self._executor_shutdown_called = True
+        executor = self._default_executor
+        if executor is not None:
+            self._default_executor = None
+            executor.shutdown(wait=False)
+
+    # --- futures and tasks ---------------------------------------------------
+
+    def create_future(self):
+        return _core.Future(loop=self)
+
+    def create_task(self, coro, *, name=None, context=None, **kwargs):
+        self._check_closed()
+        if self._task_factory is not None:
+            if context is not None:
+                kwargs["context"] = context
+            task = self._task_factory(self, coro, **kwargs)
+            if name is not None:
+                task.set_name(name)
+            return task
+        eager_start = kwargs.pop("eager_start", None)
+        if kwargs:
+            raise TypeError(
+                f"create_task() got an unexpected keyword argument {next(iter(kwargs))!r}")
+        return _core.Task(coro, loop=self, name=name, context=context,
+                          eager_start=bool(eager_start))
+
+    def set_task_factory(self, factory):
+        if factory is not None and not callable(factory):
+            raise TypeError("task factory must be a callable or None")
+        self._task_factory = factory
+
+    def get_task_factory(self):
+        return self._task_factory
+
+    # --- executors -----------------------------------------------------------
+
+    def run_in_executor(self, executor, func, *args):
+        self._check_closed()
+        if coroutines.iscoroutine(func) or _iscoroutinefunction(func):
+            raise TypeError("coroutines cannot be used with run_in_executor()")
+        if executor is None:
+            executor = self._default_executor
+            if executor is None:
+                if self._executor_shutdown_called:
+                    raise RuntimeError("Executor shutdown has been called")
+                executor = concurrent.futures.ThreadPoolExecutor(
+                    thread_name_prefix="mt_asyncio")
+                self._default_executor = executor
+        return futures.wrap_future(executor.submit(func, *args), loop=self)
+
+    def set_default_executor(self, executor):
+        if not isinstance(executor, concurrent.futures.ThreadPoolExecutor):
+            raise TypeError("executor must be ThreadPoolExecutor")
+        self._default_executor = executor
+
+    async def shutdown_default_executor(self, timeout=None):
+        self._executor_shutdown_called = True
+        if self._default_executor is None:
+            return
+        future = self.create_future()
+        thread = threading.Thread(target=self._do_shutdown, args=(future,))
+        thread.start()
+        try:
+            async with _asyncio.timeouts.timeout(timeout):
+                await future
+        except TimeoutError:
+            import warnings
+            warnings.warn("The executor did not finishing joining "
+                          f"its threads within {timeout} seconds.",
+                          RuntimeWarning, stacklevel=2)
+            self._default_executor.shutdown(wait=False)
+        else:
+            thread.join()
+
+    def _do_shutdown(self, future):
+        try:
+            self._default_executor.shutdown(wait=True)
+            if not self.is_closed():
+                self.call_soon_threadsafe(futures._set_result_unless_cancelled,
+                                          future, None)
+        except Exception as ex:
+            if not self.is_closed() and not future.cancelled():
+                self.call_soon_threadsafe(future.set_exception, ex)
+
+    # --- async generators ----------------------------------------------------
+
+    def _asyncgen_finalizer_hook(self, agen):
+        with self._asyncgens_lock:
+            self._asyncgens.discard(agen)
+        if not self.is_closed():
+            self.call_soon_threadsafe(self.create_task, agen.aclose())
+
+    def _asyncgen_firstiter_hook(self, agen):
+        if self._asyncgens_shutdown_called:
+            import warnings
+            warnings.warn(
+                f"asynchronous generator {agen!r} was scheduled after "
+                f"loop.shutdown_asyncgens() call",
+                ResourceWarning, source=self)
+        with self._asyncgens_lock:
+            self._asyncgens.add(agen)
+
+    async def shutdown_asyncgens(self):
+        self._asyncgens_shutdown_called = True
+        with self._asyncgens_lock:
+            if not len(self._asyncgens):
+                return
+            closing = list(self._asyncgens)
+            self._asyncgens.clear()
+        # One at a time: stdlib's gather is not safe with done callbacks
+        # running in parallel (its counter is a plain closure variable).
+        for agen in closing:
+            try:
+                await agen.aclose()
+            except Exception as result:  # noqa: BLE001 - reported below.
+                self.call_exception_handler({
+                    "message": f"an error occurred during closing of "
+                               f"asynchronous generator {agen!r}",
+                    "exception": result,
+                    "asyncgen": agen,
+                })
+
+    # --- errors and debug ----------------------------------------------------
+
+    def get_exception_handler(self):
+        return self._exception_handler
+
+    def set_exception_handler(self, handler):
+        if handler is not None and not callable(handler):
+            raise TypeError(f"A callable object or None is expected, got {handler!r}")
+        self._exception_handler = handler
+
+    def default_exception_handler(self, context):
+        """Log the context: the message, then every other key, and the
+        exception's traceback if there is one."""
+        message = context.get("message") or "Unhandled exception in event loop"
+        exception = context.get("exception")
+        exc_info = ((type(exception), exception, exception.__traceback__)
+                    if exception is not None else False)
+        lines = [message]
+        for key in sorted(context):
+            if key in {"message", "exception"}:
+                continue
+            lines.append(f"{key}: {context[key]!r}")
+        logger.error("\n".join(lines), exc_info=exc_info)
+
+    def call_exception_handler(self, context):
+        handler = self._exception_handler
+        if handler is None:
+            try:
+                self.default_exception_handler(context)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:
+                logger.error("Exception in default exception handler", exc_info=True)
+            return
+        try:
+            handler(self, context)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            try:
+                self.default_exception_handler({
+                    "message": "Unhandled error in exception handler",
+                    "exception": exc,
+                    "context": context,
+                })
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:
+                logger.error("Exception in default exception handler "
+                             "while handling an unexpected error "
+                             "in custom exception handler", exc_info=True)
+
+    def get_debug(self):
+        return self._debug
+
+    def set_debug(self, enabled):
+        self._debug = bool(enabled)
+
+
+def new_event_loop():
+    """A new mt_asyncio event loop (the runtime starts on first use)."""
+    return EventLoop()

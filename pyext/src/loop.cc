@@ -1,0 +1,869 @@
+#include "pyext/src/loop.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "pyext/src/future.h"
+#include "pyext/src/py_ref.h"
+#include "pyext/src/runtime_holder.h"
+#include "runtime/runtime.h"
+#include "runtime/time/entry.h"
+
+namespace mt::pyext {
+namespace {
+
+namespace task = runtime::task;
+using Clock = std::chrono::steady_clock;
+
+// --- shared state -------------------------------------------------------------
+
+struct LoopState {
+  std::shared_ptr<runtime::Runtime> runtime;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool running = false;         // Guarded by mu.
+  bool stop_requested = false;  // Guarded by mu.
+  bool closed = false;          // Guarded by mu.
+  std::vector<task::Task*> deferred;  // Guarded by mu; one reference each.
+  std::atomic<bool> running_flag{false};
+};
+
+struct LoopObject {
+  PyObject_HEAD
+  LoopState* st;
+  PyObject* weakreflist;
+};
+
+PyTypeObject* loop_type = nullptr;
+PyTypeObject* handle_type = nullptr;
+PyTypeObject* timer_handle_type = nullptr;
+
+PyObject* str_call_exception_handler = nullptr;
+PyObject* set_running_loop = nullptr;  // asyncio.events._set_running_loop
+PyObject* iscoroutine = nullptr;       // asyncio.coroutines.iscoroutine
+PyObject* iscoroutinefunction = nullptr;
+
+LoopState* StateOf(PyObject* loop) {
+  return reinterpret_cast<LoopObject*>(loop)->st;
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// Runs fn(*args) inside `ctx` (which may be nullptr: the current context).
+PyObject* CallInContext(PyObject* ctx, PyObject* fn, PyObject* const* args,
+                        std::size_t nargs) {
+  if (ctx != nullptr && PyContext_Enter(ctx) < 0) return nullptr;
+  PyObject* res = PyObject_Vectorcall(fn, args, nargs, nullptr);
+  if (ctx != nullptr && PyContext_Exit(ctx) < 0) {
+    Py_XDECREF(res);
+    return nullptr;
+  }
+  return res;
+}
+
+// --- Handle ---------------------------------------------------------------------
+
+struct HandleObject {
+  PyObject_HEAD
+  PyObject* callback;
+  PyObject* args;  // A tuple.
+  PyObject* context;
+  PyObject* loop;
+  std::atomic<bool> cancelled;
+  PyObject* weakreflist;
+  // TimerHandle only.
+  double when;
+  // Owned. While armed, the timer holds the unit and the unit holds this
+  // handle, so the entry outlives every use the timer makes of it.
+  runtime::time::TimerEntry* entry;
+};
+
+HandleObject* AsHandle(PyObject* o) { return reinterpret_cast<HandleObject*>(o); }
+
+// The unit that runs one handle on a worker.
+class HandleUnit final : public task::Task {
+ public:
+  HandleUnit(PyObject* loop, PyObject* handle)
+      : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), handle_(Py_NewRef(handle)) {}
+  ~HandleUnit() override {
+    DecRefAnyThread(handle_);
+    DecRefAnyThread(loop_);
+  }
+  bool Poll() override;
+
+ private:
+  PyObject* loop_;
+  PyObject* handle_;
+};
+
+void RunHandle(PyObject* loop, PyObject* self) {
+  HandleObject* h = AsHandle(self);
+  if (h->cancelled.load(std::memory_order_acquire)) return;
+  PyObject* callback = nullptr;
+  PyObject* args = nullptr;
+  PyObject* ctx = nullptr;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  callback = Py_XNewRef(h->callback);
+  args = Py_XNewRef(h->args);
+  ctx = Py_XNewRef(h->context);
+  Py_END_CRITICAL_SECTION();
+  if (callback == nullptr) {  // Cancelled meanwhile.
+    Py_XDECREF(args);
+    Py_XDECREF(ctx);
+    return;
+  }
+  PyObject* res = CallInContext(ctx, callback, &PyTuple_GET_ITEM(args, 0),
+                                static_cast<std::size_t>(PyTuple_GET_SIZE(args)));
+  if (res == nullptr) {
+    LoopReportException(loop, "Exception in callback ", self, nullptr, nullptr);
+  } else {
+    Py_DECREF(res);
+  }
+  Py_DECREF(callback);
+  Py_DECREF(args);
+  Py_XDECREF(ctx);
+}
+
+bool HandleUnit::Poll() {
+  if (LoopDeferIfStopped(loop_, this)) return false;
+  if (LoopEnterOnWorker(loop_) < 0) {
+    PyErr_WriteUnraisable(loop_);
+    return true;
+  }
+  RunHandle(loop_, handle_);
+  return true;
+}
+
+PyObject* NewHandle(PyTypeObject* type, PyObject* loop, PyObject* callback,
+                    PyObject* args, PyObject* context) {
+  auto* h = PyObject_GC_New(HandleObject, type);
+  if (h == nullptr) return nullptr;
+  h->callback = Py_NewRef(callback);
+  h->args = Py_NewRef(args);
+  h->context = Py_NewRef(context);
+  h->loop = Py_NewRef(loop);
+  new (&h->cancelled) std::atomic<bool>(false);
+  h->weakreflist = nullptr;
+  h->when = 0;
+  h->entry = nullptr;
+  PyObject_GC_Track(h);
+  return reinterpret_cast<PyObject*>(h);
+}
+
+int Handle_traverse(PyObject* self, visitproc visit, void* arg) {
+  HandleObject* h = AsHandle(self);
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(h->callback);
+  Py_VISIT(h->args);
+  Py_VISIT(h->context);
+  Py_VISIT(h->loop);
+  return 0;
+}
+
+int Handle_clear(PyObject* self) {
+  HandleObject* h = AsHandle(self);
+  Py_CLEAR(h->callback);
+  Py_CLEAR(h->args);
+  Py_CLEAR(h->context);
+  Py_CLEAR(h->loop);
+  return 0;
+}
+
+void Handle_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  HandleObject* h = AsHandle(self);
+  if (h->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
+  Handle_clear(self);
+  // The timer (if any) fired or was cancelled: nothing references the
+  // entry any more, because an armed timer keeps this object alive.
+  delete h->entry;
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyObject* Handle_cancel(PyObject* self, PyObject*) {
+  HandleObject* h = AsHandle(self);
+  if (h->cancelled.exchange(true, std::memory_order_acq_rel)) Py_RETURN_NONE;
+  // Drop what the callback holds, as stdlib does.
+  PyObject* callback;
+  PyObject* args;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  callback = h->callback;
+  args = h->args;
+  h->callback = nullptr;
+  h->args = nullptr;
+  Py_END_CRITICAL_SECTION();
+  Py_XDECREF(callback);
+  Py_XDECREF(args);
+  if (h->entry != nullptr && h->loop != nullptr) {
+    // Disarming releases the timer's reference to the unit at once.
+    StateOf(h->loop)->runtime->driver().timers().Cancel(h->entry);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Handle_cancelled(PyObject* self, PyObject*) {
+  return PyBool_FromLong(AsHandle(self)->cancelled.load(std::memory_order_acquire));
+}
+
+PyObject* Handle_get_context(PyObject* self, PyObject*) {
+  PyObject* ctx = AsHandle(self)->context;
+  return Py_NewRef(ctx != nullptr ? ctx : Py_None);
+}
+
+PyObject* Handle_run(PyObject* self, PyObject*) {
+  HandleObject* h = AsHandle(self);
+  RunHandle(h->loop, self);
+  Py_RETURN_NONE;
+}
+
+PyObject* Handle_repr(PyObject* self) {
+  HandleObject* h = AsHandle(self);
+  PyObject* callback = nullptr;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  callback = Py_XNewRef(h->callback);
+  Py_END_CRITICAL_SECTION();
+  const bool cancelled = h->cancelled.load(std::memory_order_acquire);
+  PyObject* r;
+  if (Py_TYPE(self) == timer_handle_type) {
+    r = PyUnicode_FromFormat("<TimerHandle%s when=%R %R>",
+                             cancelled ? " cancelled" : "",
+                             PyFloat_FromDouble(h->when),
+                             callback != nullptr ? callback : Py_None);
+  } else {
+    r = PyUnicode_FromFormat("<Handle%s %R>", cancelled ? " cancelled" : "",
+                             callback != nullptr ? callback : Py_None);
+  }
+  Py_XDECREF(callback);
+  return r;
+}
+
+PyObject* Handle_get_callback(PyObject* self, void*) {
+  PyObject* v;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  v = Py_XNewRef(AsHandle(self)->callback);
+  Py_END_CRITICAL_SECTION();
+  return v != nullptr ? v : Py_NewRef(Py_None);
+}
+
+PyObject* Handle_get_args(PyObject* self, void*) {
+  PyObject* v;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  v = Py_XNewRef(AsHandle(self)->args);
+  Py_END_CRITICAL_SECTION();
+  return v != nullptr ? v : Py_NewRef(Py_None);
+}
+
+PyObject* Handle_get_loop(PyObject* self, void*) {
+  PyObject* loop = AsHandle(self)->loop;
+  return Py_NewRef(loop != nullptr ? loop : Py_None);
+}
+
+PyObject* TimerHandle_when(PyObject* self, PyObject*) {
+  return PyFloat_FromDouble(AsHandle(self)->when);
+}
+
+PyObject* TimerHandle_get_scheduled(PyObject* self, void*) {
+  HandleObject* h = AsHandle(self);
+  return PyBool_FromLong(!h->cancelled.load() && h->entry != nullptr);
+}
+
+PyMethodDef handle_methods[] = {
+    {"cancel", Handle_cancel, METH_NOARGS, "Cancel the call (no-op once run)."},
+    {"cancelled", Handle_cancelled, METH_NOARGS, "True if cancel() was called."},
+    {"get_context", Handle_get_context, METH_NOARGS, "The context it runs in."},
+    {"_run", Handle_run, METH_NOARGS, "Run the callback now, on this thread."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef handle_getset[] = {
+    {"_callback", Handle_get_callback, nullptr, nullptr, nullptr},
+    {"_args", Handle_get_args, nullptr, nullptr, nullptr},
+    {"_loop", Handle_get_loop, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyMethodDef timer_handle_methods[] = {
+    {"when", TimerHandle_when, METH_NOARGS,
+     "The loop.time() at which the callback is scheduled."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef timer_handle_getset[] = {
+    {"_scheduled", TimerHandle_get_scheduled, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyMemberDef handle_members[] = {
+    {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(HandleObject, weakreflist),
+     Py_READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyObject* Handle_new_refused(PyTypeObject*, PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_TypeError,
+                  "handles are created by the loop (call_soon, call_later)");
+  return nullptr;
+}
+
+PyType_Slot handle_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(Handle_new_refused)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(Handle_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Handle_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Handle_clear)},
+    {Py_tp_repr, reinterpret_cast<void*>(Handle_repr)},
+    {Py_tp_methods, handle_methods},
+    {Py_tp_getset, handle_getset},
+    {Py_tp_members, handle_members},
+    {0, nullptr},
+};
+
+PyType_Spec handle_spec = {
+    .name = "mt_asyncio._core.Handle",
+    .basicsize = sizeof(HandleObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .slots = handle_slots,
+};
+
+PyType_Slot timer_handle_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(Handle_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Handle_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Handle_clear)},
+    {Py_tp_methods, timer_handle_methods},
+    {Py_tp_getset, timer_handle_getset},
+    {0, nullptr},
+};
+
+PyType_Spec timer_handle_spec = {
+    .name = "mt_asyncio._core.TimerHandle",
+    .basicsize = sizeof(HandleObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = timer_handle_slots,
+};
+
+// --- done-callback batches ---------------------------------------------------------
+
+// Runs a completed future's done callbacks on one worker, in registration
+// order, each in its own context.
+class CallbackBatch final : public task::Task {
+ public:
+  CallbackBatch(PyObject* loop, PyObject* fut, std::vector<Callback> cbs)
+      : Task(/*scheduled=*/false),
+        loop_(Py_NewRef(loop)),
+        fut_(Py_NewRef(fut)),
+        cbs_(std::move(cbs)) {}
+  ~CallbackBatch() override {
+    for (Callback& cb : cbs_) {
+      DecRefAnyThread(cb.fn);
+      DecRefAnyThread(cb.ctx);
+    }
+    DecRefAnyThread(fut_);
+    DecRefAnyThread(loop_);
+  }
+  bool Poll() override {
+    if (LoopDeferIfStopped(loop_, this)) return false;
+    if (LoopEnterOnWorker(loop_) < 0) {
+      PyErr_WriteUnraisable(loop_);
+      return true;
+    }
+    for (Callback& cb : cbs_) {
+      PyObject* res = CallInContext(cb.ctx, cb.fn, &fut_, 1);
+      if (res == nullptr) {
+        LoopReportException(loop_, "Exception in callback ", cb.fn, nullptr,
+                            nullptr);
+      } else {
+        Py_DECREF(res);
+      }
+    }
+    return true;
+  }
+
+ private:
+  PyObject* loop_;
+  PyObject* fut_;
+  std::vector<Callback> cbs_;
+};
+
+int ScheduleBatch(PyObject* loop, PyObject* fut, std::vector<Callback>& cbs) {
+  if (!IsLoop(loop)) return 0;
+  auto* unit = new CallbackBatch(loop, fut, std::move(cbs));
+  cbs.clear();
+  LoopWake(loop, unit);
+  unit->Unref();  // The loop (or the runtime) holds it now.
+  return 1;
+}
+
+// --- Loop methods ----------------------------------------------------------------------
+
+int CheckClosed(PyObject* self) {
+  LoopState* st = StateOf(self);
+  std::lock_guard<std::mutex> lock(st->mu);
+  if (st->closed) {
+    PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+    return -1;
+  }
+  return 0;
+}
+
+// stdlib's _check_callback: coroutines and non-callables are refused.
+int CheckCallback(PyObject* callback, const char* method) {
+  PyObject* is_coro = PyObject_CallOneArg(iscoroutine, callback);
+  if (is_coro == nullptr) return -1;
+  int coro = PyObject_IsTrue(is_coro);
+  Py_DECREF(is_coro);
+  if (coro == 0) {
+    PyObject* is_fn = PyObject_CallOneArg(iscoroutinefunction, callback);
+    if (is_fn == nullptr) return -1;
+    coro = PyObject_IsTrue(is_fn);
+    Py_DECREF(is_fn);
+  }
+  if (coro < 0) return -1;
+  if (coro) {
+    PyErr_Format(PyExc_TypeError, "coroutines cannot be used with %s()", method);
+    return -1;
+  }
+  if (!PyCallable_Check(callback)) {
+    PyErr_Format(PyExc_TypeError,
+                 "a callable object was expected by %s(), got %R", method,
+                 callback);
+    return -1;
+  }
+  return 0;
+}
+
+// Parses (fixed..., callback, *args, context=None) from a FASTCALL call.
+struct CallArgs {
+  PyObject* callback = nullptr;
+  PyObject* args = nullptr;  // New reference (tuple).
+  PyObject* context = nullptr;  // New reference.
+};
+
+int ParseCall(const char* method, Py_ssize_t fixed, PyObject* const* args,
+              Py_ssize_t nargs, PyObject* kwnames, CallArgs& out) {
+  if (nargs < fixed + 1) {
+    PyErr_Format(PyExc_TypeError, "%s() missing required argument 'callback'",
+                 method);
+    return -1;
+  }
+  PyObject* context = Py_None;
+  if (kwnames != nullptr) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
+      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+      if (PyUnicode_CompareWithASCIIString(name, "context") != 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() got an unexpected keyword argument '%U'", method, name);
+        return -1;
+      }
+      context = args[nargs + i];
+    }
+  }
+  out.callback = args[fixed];
+  if (CheckCallback(out.callback, method) < 0) return -1;
+  out.args = PyTuple_New(nargs - fixed - 1);
+  if (out.args == nullptr) return -1;
+  for (Py_ssize_t i = fixed + 1; i < nargs; ++i) {
+    PyTuple_SET_ITEM(out.args, i - fixed - 1, Py_NewRef(args[i]));
+  }
+  out.context = context == Py_None ? PyContext_CopyCurrent() : Py_NewRef(context);
+  if (out.context == nullptr) {
+    Py_CLEAR(out.args);
+    return -1;
+  }
+  return 0;
+}
+
+PyObject* Loop_call_soon_impl(PyObject* self, PyObject* const* args,
+                              Py_ssize_t nargsf, PyObject* kwnames,
+                              const char* method) {
+  if (CheckClosed(self) < 0) return nullptr;
+  CallArgs call;
+  if (ParseCall(method, 0, args, PyVectorcall_NARGS(nargsf), kwnames, call) < 0) {
+    return nullptr;
+  }
+  PyObject* handle = NewHandle(handle_type, self, call.callback, call.args,
+                               call.context);
+  Py_DECREF(call.args);
+  Py_DECREF(call.context);
+  if (handle == nullptr) return nullptr;
+  auto* unit = new HandleUnit(self, handle);
+  LoopWake(self, unit);
+  unit->Unref();
+  return handle;
+}
+
+PyObject* Loop_call_soon(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                         PyObject* kwnames) {
+  return Loop_call_soon_impl(self, args, nargsf, kwnames, "call_soon");
+}
+
+PyObject* Loop_call_soon_threadsafe(PyObject* self, PyObject* const* args,
+                                    Py_ssize_t nargsf, PyObject* kwnames) {
+  // Every loop method is thread-safe here; this is the same call.
+  return Loop_call_soon_impl(self, args, nargsf, kwnames, "call_soon_threadsafe");
+}
+
+PyObject* ScheduleTimer(PyObject* self, double when, CallArgs& call) {
+  PyObject* handle = NewHandle(timer_handle_type, self, call.callback, call.args,
+                               call.context);
+  Py_DECREF(call.args);
+  Py_DECREF(call.context);
+  if (handle == nullptr) return nullptr;
+  HandleObject* h = AsHandle(handle);
+  h->when = when;
+  h->entry = new runtime::time::TimerEntry();
+  auto* unit = new HandleUnit(self, handle);
+  const auto deadline = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(when)));
+  unit->set_executor(StateOf(self)->runtime->executor());
+  // The fired timer wakes the unit; Poll defers it if the loop is stopped.
+  StateOf(self)->runtime->driver().timers().Arm(h->entry, deadline, unit);
+  unit->Unref();  // The timer holds it now (or it is already queued).
+  return handle;
+}
+
+PyObject* Loop_call_later(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                          PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "call_later() missing required argument 'delay'");
+    return nullptr;
+  }
+  if (args[0] == Py_None) {
+    PyErr_SetString(PyExc_TypeError, "delay must not be None");
+    return nullptr;
+  }
+  const double delay = PyFloat_AsDouble(args[0]);
+  if (delay == -1.0 && PyErr_Occurred()) return nullptr;
+  if (CheckClosed(self) < 0) return nullptr;
+  CallArgs call;
+  if (ParseCall("call_later", 1, args, nargs, kwnames, call) < 0) return nullptr;
+  return ScheduleTimer(self, NowSeconds() + delay, call);
+}
+
+PyObject* Loop_call_at(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                       PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "call_at() missing required argument 'when'");
+    return nullptr;
+  }
+  if (args[0] == Py_None) {
+    PyErr_SetString(PyExc_TypeError, "when cannot be None");
+    return nullptr;
+  }
+  const double when = PyFloat_AsDouble(args[0]);
+  if (when == -1.0 && PyErr_Occurred()) return nullptr;
+  if (CheckClosed(self) < 0) return nullptr;
+  CallArgs call;
+  if (ParseCall("call_at", 1, args, nargs, kwnames, call) < 0) return nullptr;
+  return ScheduleTimer(self, when, call);
+}
+
+PyObject* Loop_time(PyObject*, PyObject*) { return PyFloat_FromDouble(NowSeconds()); }
+
+// Runs the loop until stop(): the calling thread only waits (detached, so
+// it never holds up the workers), waking every 50 ms to let signal
+// handlers (Ctrl-C) run.
+PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
+  LoopState* st = StateOf(self);
+  std::vector<task::Task*> release;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->closed) {
+      PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+      return nullptr;
+    }
+    if (st->running) {
+      PyErr_SetString(PyExc_RuntimeError, "This event loop is already running");
+      return nullptr;
+    }
+    st->running = true;
+    st->running_flag.store(true, std::memory_order_release);
+    release.swap(st->deferred);
+  }
+  for (task::Task* unit : release) {
+    unit->Wake();
+    unit->Unref();
+  }
+  PyObject* error = nullptr;
+  while (true) {
+    bool stop = false;
+    Py_BEGIN_ALLOW_THREADS;
+    std::unique_lock<std::mutex> lock(st->mu);
+    st->cv.wait_for(lock, std::chrono::milliseconds(50),
+                    [st] { return st->stop_requested; });
+    stop = st->stop_requested;
+    Py_END_ALLOW_THREADS;
+    if (stop) break;
+    if (PyErr_CheckSignals() < 0) {
+      error = PyErr_GetRaisedException();
+      break;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->running = false;
+    st->stop_requested = false;
+    st->running_flag.store(false, std::memory_order_release);
+  }
+  if (error != nullptr) {
+    PyErr_SetRaisedException(error);
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Loop_stop(PyObject* self, PyObject*) {
+  LoopState* st = StateOf(self);
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->stop_requested = true;
+  }
+  st->cv.notify_all();
+  Py_RETURN_NONE;
+}
+
+PyObject* Loop_close_core(PyObject* self, PyObject*) {
+  LoopState* st = StateOf(self);
+  std::vector<task::Task*> dropped;
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->running) {
+      PyErr_SetString(PyExc_RuntimeError, "Cannot close a running event loop");
+      return nullptr;
+    }
+    st->closed = true;
+    dropped.swap(st->deferred);
+  }
+  // Work that never got to run: its cancel path releases what it holds.
+  for (task::Task* unit : dropped) {
+    unit->Cancel();
+    unit->Unref();
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Loop_is_running(PyObject* self, PyObject*) {
+  return PyBool_FromLong(StateOf(self)->running_flag.load(std::memory_order_acquire));
+}
+
+PyObject* Loop_is_closed(PyObject* self, PyObject*) {
+  LoopState* st = StateOf(self);
+  std::lock_guard<std::mutex> lock(st->mu);
+  return PyBool_FromLong(st->closed);
+}
+
+PyObject* Loop_deferred_count(PyObject* self, PyObject*) {
+  LoopState* st = StateOf(self);
+  std::lock_guard<std::mutex> lock(st->mu);
+  return PyLong_FromSize_t(st->deferred.size());
+}
+
+PyObject* Loop_new(PyTypeObject* type, PyObject*, PyObject*) {
+  std::shared_ptr<runtime::Runtime> rt = RuntimeHolder::Instance().EnsureStarted();
+  if (!rt) {
+    PyErr_SetString(PyExc_RuntimeError, "the mt_asyncio runtime could not start");
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<LoopObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  self->st = new LoopState();
+  self->st->runtime = std::move(rt);
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void Loop_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  auto* loop = reinterpret_cast<LoopObject*>(self);
+  if (loop->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
+  if (loop->st != nullptr) {
+    // Deferred units hold a reference to this loop, so none is left here.
+    delete loop->st;
+    loop->st = nullptr;
+  }
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+int Loop_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  return 0;
+}
+
+#define FASTCALL_KW(fn) \
+  reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn))
+
+PyMethodDef loop_methods[] = {
+    {"call_soon", FASTCALL_KW(Loop_call_soon), METH_FASTCALL | METH_KEYWORDS,
+     "Run callback(*args) on a worker as soon as possible."},
+    {"call_soon_threadsafe", FASTCALL_KW(Loop_call_soon_threadsafe),
+     METH_FASTCALL | METH_KEYWORDS, "Same as call_soon: every method is thread-safe."},
+    {"call_later", FASTCALL_KW(Loop_call_later), METH_FASTCALL | METH_KEYWORDS,
+     "Run callback(*args) after delay seconds."},
+    {"call_at", FASTCALL_KW(Loop_call_at), METH_FASTCALL | METH_KEYWORDS,
+     "Run callback(*args) at loop time `when`."},
+    {"time", Loop_time, METH_NOARGS, "The loop's clock (time.monotonic())."},
+    {"stop", Loop_stop, METH_NOARGS, "Make run_forever() return."},
+    {"is_running", Loop_is_running, METH_NOARGS, "True while run_forever runs."},
+    {"is_closed", Loop_is_closed, METH_NOARGS, "True once closed."},
+    {"_run_until_stopped", Loop_run_until_stopped, METH_NOARGS,
+     "Let the workers run this loop's work until stop()."},
+    {"_close_core", Loop_close_core, METH_NOARGS,
+     "Refuse new work and cancel what never ran."},
+    {"_deferred_count", Loop_deferred_count, METH_NOARGS,
+     "Units waiting for the loop to run (tests, debugging)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyMemberDef loop_members[] = {
+    {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(LoopObject, weakreflist),
+     Py_READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyType_Slot loop_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(Loop_new)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(Loop_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Loop_traverse)},
+    {Py_tp_methods, loop_methods},
+    {Py_tp_members, loop_members},
+    {0, nullptr},
+};
+
+PyType_Spec loop_spec = {
+    .name = "mt_asyncio._core.Loop",
+    .basicsize = sizeof(LoopObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = loop_slots,
+};
+
+}  // namespace
+
+bool IsLoop(PyObject* obj) {
+  return loop_type != nullptr && PyObject_TypeCheck(obj, loop_type);
+}
+
+void LoopWake(PyObject* loop, task::Task* unit) {
+  LoopState* st = StateOf(loop);
+  unit->set_executor(st->runtime->executor());
+  if (!st->running_flag.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (!st->running) {
+      unit->Ref();
+      st->deferred.push_back(unit);
+      return;
+    }
+  }
+  unit->Wake();
+}
+
+bool LoopDeferIfStopped(PyObject* loop, task::Task* unit) {
+  LoopState* st = StateOf(loop);
+  if (st->running_flag.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> lock(st->mu);
+  if (st->running) return false;
+  unit->Ref();
+  st->deferred.push_back(unit);
+  return true;
+}
+
+namespace {
+thread_local PyObject* worker_running_loop = nullptr;  // Identity only.
+}  // namespace
+
+int LoopEnterOnWorker(PyObject* loop) {
+  if (worker_running_loop == loop) return 0;
+  PyObject* res = PyObject_CallOneArg(set_running_loop, loop);
+  if (res == nullptr) return -1;
+  Py_DECREF(res);
+  worker_running_loop = loop;
+  return 0;
+}
+
+void LoopReportException(PyObject* loop, const char* message_prefix,
+                         PyObject* what, PyObject* extra_key,
+                         PyObject* extra_value) {
+  PyObject* exc = PyErr_GetRaisedException();
+  PyObject* context = PyDict_New();
+  PyObject* message =
+      PyUnicode_FromFormat("%s%R", message_prefix, what != nullptr ? what : Py_None);
+  bool ok = context != nullptr && message != nullptr &&
+            PyDict_SetItemString(context, "message", message) == 0 &&
+            (exc == nullptr || PyDict_SetItemString(context, "exception", exc) == 0) &&
+            (what == nullptr ||
+             PyDict_SetItemString(context, "handle", what) == 0) &&
+            (extra_key == nullptr ||
+             PyDict_SetItem(context, extra_key, extra_value) == 0);
+  if (ok) {
+    PyObject* res = PyObject_CallMethodOneArg(loop, str_call_exception_handler,
+                                              context);
+    if (res == nullptr) {
+      PyErr_WriteUnraisable(loop);
+    } else {
+      Py_DECREF(res);
+    }
+  } else {
+    PyErr_WriteUnraisable(loop);
+  }
+  Py_XDECREF(message);
+  Py_XDECREF(context);
+  Py_XDECREF(exc);
+}
+
+int RegisterLoopTypes(PyObject* module) {
+  str_call_exception_handler = PyUnicode_InternFromString("call_exception_handler");
+  PyObject* events = PyImport_ImportModule("asyncio.events");
+  PyObject* coroutines = PyImport_ImportModule("asyncio.coroutines");
+  if (events == nullptr || coroutines == nullptr) {
+    Py_XDECREF(events);
+    Py_XDECREF(coroutines);
+    return -1;
+  }
+  set_running_loop = PyObject_GetAttrString(events, "_set_running_loop");
+  iscoroutine = PyObject_GetAttrString(coroutines, "iscoroutine");
+  // 3.14 renamed the internal check (the public one is deprecated there).
+  if (PyObject_GetOptionalAttrString(coroutines, "_iscoroutinefunction",
+                                     &iscoroutinefunction) == 0) {
+    iscoroutinefunction = PyObject_GetAttrString(coroutines, "iscoroutinefunction");
+  }
+  Py_DECREF(events);
+  Py_DECREF(coroutines);
+  if (set_running_loop == nullptr || iscoroutine == nullptr ||
+      iscoroutinefunction == nullptr) {
+    return -1;
+  }
+  loop_type = reinterpret_cast<PyTypeObject*>(
+      PyType_FromModuleAndSpec(module, &loop_spec, nullptr));
+  if (loop_type == nullptr) return -1;
+  handle_type = reinterpret_cast<PyTypeObject*>(
+      PyType_FromModuleAndSpec(module, &handle_spec, nullptr));
+  if (handle_type == nullptr) return -1;
+  timer_handle_type = reinterpret_cast<PyTypeObject*>(PyType_FromModuleAndSpec(
+      module, &timer_handle_spec, reinterpret_cast<PyObject*>(handle_type)));
+  if (timer_handle_type == nullptr) return -1;
+  FutureHooks hooks = GetFutureHooks();
+  hooks.schedule_batch = ScheduleBatch;
+  SetFutureHooks(hooks);
+  if (PyModule_AddObjectRef(module, "Loop", reinterpret_cast<PyObject*>(loop_type)) < 0 ||
+      PyModule_AddObjectRef(module, "Handle", reinterpret_cast<PyObject*>(handle_type)) < 0 ||
+      PyModule_AddObjectRef(module, "TimerHandle",
+                            reinterpret_cast<PyObject*>(timer_handle_type)) < 0) {
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace mt::pyext

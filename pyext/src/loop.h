@@ -1,0 +1,47 @@
+#ifndef MT_PYEXT_SRC_LOOP_H_
+#define MT_PYEXT_SRC_LOOP_H_
+
+#include <Python.h>
+
+#include "runtime/task/task.h"
+
+namespace mt::pyext {
+
+// mt_asyncio._core.Loop: the C++ core of the parallel event loop. The
+// Python class mt_asyncio.events.EventLoop derives from it and adds the
+// slower parts of the asyncio API.
+//
+// Work for the loop (handles, task steps, done-callback batches) is a
+// runtime task. While the loop runs it goes straight to the runtime's
+// workers; while it is stopped it waits in the loop's deferred list, and a
+// unit a worker picks up after a stop goes back there: as with stdlib
+// asyncio, nothing of a loop runs while the loop is not running.
+
+// Adds Loop, Handle and TimerHandle to `module`. 0, or -1 with an error.
+int RegisterLoopTypes(PyObject* module);
+
+bool IsLoop(PyObject* obj);
+
+// Makes `unit` (an idle runtime task whose reference the loop now shares)
+// runnable: woken now if the loop runs, else deferred until it does.
+void LoopWake(PyObject* loop, runtime::task::Task* unit);
+
+// Called from a unit's Poll: if the loop is not running, parks the unit in
+// the deferred list (it returns "not finished" and is woken when the loop
+// runs again) and returns true.
+bool LoopDeferIfStopped(PyObject* loop, runtime::task::Task* unit);
+
+// Makes `loop` the running loop of the calling worker thread if it is not
+// already (asyncio.get_running_loop() must answer inside every step).
+// Returns 0, or -1 with an error set.
+int LoopEnterOnWorker(PyObject* loop);
+
+// Reports an exception from a callback or step to the loop's exception
+// handler; consumes the current error. `what` names the failed object.
+void LoopReportException(PyObject* loop, const char* message_prefix,
+                         PyObject* what, PyObject* extra_key,
+                         PyObject* extra_value);
+
+}  // namespace mt::pyext
+
+#endif  // MT_PYEXT_SRC_LOOP_H_

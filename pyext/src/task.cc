@@ -1,0 +1,746 @@
+#include "pyext/src/task.h"
+
+#include <atomic>
+#include <cstddef>
+#include <utility>
+
+#include "pyext/src/future.h"
+#include "pyext/src/loop.h"
+#include "pyext/src/py_ref.h"
+#include "runtime/task/task.h"
+
+namespace mt::pyext {
+namespace {
+
+namespace rt_task = runtime::task;
+
+class TaskUnit;
+
+struct TaskObject {
+  FutureObject base;
+  PyObject* coro;
+  PyObject* context;
+  PyObject* name;        // str, or nullptr until first asked ("Task-N").
+  PyObject* fut_waiter;  // What the task waits for, or nullptr.
+  PyObject* must_cancel_msg;
+  PyObject* step_exc;    // Thrown into the coroutine at the next step.
+  bool must_cancel;
+  int num_cancels_requested;
+  std::uint64_t number;
+  TaskUnit* unit;  // One reference; the unit steps this task.
+};
+
+PyTypeObject* task_type = nullptr;
+std::atomic<std::uint64_t> task_counter{0};
+
+PyObject* enter_task = nullptr;  // _asyncio._enter_task
+PyObject* leave_task = nullptr;  // _asyncio._leave_task
+PyObject* task_repr = nullptr;   // asyncio.base_tasks._task_repr
+PyObject* task_get_stack = nullptr;
+PyObject* task_print_stack = nullptr;
+PyObject* get_event_loop = nullptr;
+PyObject* iscoroutine = nullptr;
+PyObject* str_throw = nullptr;
+PyObject* str_cancel = nullptr;
+PyObject* str_add_done_callback = nullptr;
+PyObject* str_get_loop = nullptr;
+PyObject* str_blocking = nullptr;
+PyObject* str_context = nullptr;
+PyObject* kwnames_context = nullptr;
+
+thread_local PyObject* current_task = nullptr;
+
+TaskObject* AsTask(PyObject* o) { return reinterpret_cast<TaskObject*>(o); }
+PyObject* AsObj(TaskObject* t) { return reinterpret_cast<PyObject*>(t); }
+
+bool StepTask(PyObject* self);
+
+// Steps its task on a worker. Holds the task strongly until the task is
+// done (the task holds the unit back; the cycle ends with the task).
+class TaskUnit final : public rt_task::Task {
+ public:
+  TaskUnit(PyObject* loop, PyObject* task)
+      : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), task_(Py_NewRef(task)) {}
+  ~TaskUnit() override {
+    DecRefAnyThread(task_);
+    DecRefAnyThread(loop_);
+  }
+  bool Poll() override {
+    if (task_ == nullptr) return true;
+    if (LoopDeferIfStopped(loop_, this)) return false;
+    if (LoopEnterOnWorker(loop_) < 0) {
+      PyErr_WriteUnraisable(loop_);
+      return false;
+    }
+    if (!StepTask(task_)) return false;
+    PyObject* task = std::exchange(task_, nullptr);
+    Py_DECREF(task);
+    return true;
+  }
+  void OnCancel() override {
+    // The runtime or a closed loop dropped the step unrun.
+    PyObject* task = std::exchange(task_, nullptr);
+    DecRefAnyThread(task);
+  }
+
+ private:
+  PyObject* loop_;
+  PyObject* task_;
+};
+
+void WakeTask(PyObject* self) {
+  TaskObject* t = AsTask(self);
+  Py_BEGIN_CRITICAL_SECTION(self);
+  Py_CLEAR(t->fut_waiter);
+  Py_END_CRITICAL_SECTION();
+  t->unit->Wake(rt_task::ScheduleKind::kWake);
+}
+
+// Schedules the next step with `exc` to throw (steals the reference).
+void WakeWithException(PyObject* self, PyObject* exc) {
+  TaskObject* t = AsTask(self);
+  PyObject* old;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  old = t->step_exc;
+  t->step_exc = exc;
+  Py_END_CRITICAL_SECTION();
+  Py_XDECREF(old);
+  t->unit->Wake(rt_task::ScheduleKind::kYield);
+}
+
+PyObject* MakeCancelled(PyObject* msg) {
+  return msg != nullptr && msg != Py_None
+             ? PyObject_CallOneArg(CancelledErrorType(), msg)
+             : PyObject_CallNoArgs(CancelledErrorType());
+}
+
+// What the coroutine yielded: decide what to wait for.
+void HandleYield(PyObject* self, PyObject* result) {
+  TaskObject* t = AsTask(self);
+  PyObject* loop = t->base.loop;
+  if (result == Py_None) {
+    // A bare yield (sleep(0)): let others run, then continue.
+    t->unit->Wake(rt_task::ScheduleKind::kYield);
+    return;
+  }
+  const bool ours = PyObject_TypeCheck(result, FutureType());
+  int blocking;
+  if (ours) {
+    FutureObject* fut = reinterpret_cast<FutureObject*>(result);
+    Py_BEGIN_CRITICAL_SECTION(result);
+    blocking = fut->blocking;
+    Py_END_CRITICAL_SECTION();
+  } else {
+    PyObject* flag = nullptr;
+    if (PyObject_GetOptionalAttr(result, str_blocking, &flag) < 0) {
+      WakeWithException(self, PyErr_GetRaisedException());
+      return;
+    }
+    if (flag == nullptr || flag == Py_None) {
+      Py_XDECREF(flag);
+      blocking = -1;  // Not a future at all.
+    } else {
+      blocking = PyObject_IsTrue(flag);
+      Py_DECREF(flag);
+      if (blocking < 0) {
+        WakeWithException(self, PyErr_GetRaisedException());
+        return;
+      }
+    }
+  }
+  PyObject* error = nullptr;
+  if (blocking > 0) {
+    PyObject* fut_loop;
+    if (ours) {
+      fut_loop = Py_NewRef(reinterpret_cast<FutureObject*>(result)->loop);
+    } else {
+      fut_loop = PyObject_CallMethodNoArgs(result, str_get_loop);
+      if (fut_loop == nullptr) {
+        WakeWithException(self, PyErr_GetRaisedException());
+        return;
+      }
+    }
+    const bool same_loop = fut_loop == loop;
+    Py_DECREF(fut_loop);
+    if (!same_loop) {
+      error = PyUnicode_FromFormat("Task %R got Future %R attached to a different loop",
+                                   self, result);
+    } else if (result == self) {
+      error = PyUnicode_FromFormat("Task cannot await on itself: %R", self);
+    } else {
+      if (ours) {
+        Py_BEGIN_CRITICAL_SECTION(result);
+        reinterpret_cast<FutureObject*>(result)->blocking = false;
+        Py_END_CRITICAL_SECTION();
+        const int rc = FutureAddWaker(reinterpret_cast<FutureObject*>(result), self);
+        if (rc == 1) {  // Done already: just continue.
+          t->unit->Wake(rt_task::ScheduleKind::kYield);
+          return;
+        }
+      } else {
+        if (PyObject_SetAttr(result, str_blocking, Py_False) < 0) {
+          WakeWithException(self, PyErr_GetRaisedException());
+          return;
+        }
+        PyObject* wakeup = PyObject_GetAttrString(self, "_wakeup");
+        PyObject* res = nullptr;
+        if (wakeup != nullptr) {
+          PyObject* args[] = {result, wakeup, t->context};
+          res = PyObject_VectorcallMethod(str_add_done_callback, args,
+                                          2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                          kwnames_context);
+          Py_DECREF(wakeup);
+        }
+        if (res == nullptr) {
+          WakeWithException(self, PyErr_GetRaisedException());
+          return;
+        }
+        Py_DECREF(res);
+      }
+      // Now waiting. A cancel that arrived during the step goes to the
+      // waiter, exactly as if it had arrived after.
+      bool cancel_now = false;
+      PyObject* msg = nullptr;
+      Py_BEGIN_CRITICAL_SECTION(self);
+      Py_XSETREF(t->fut_waiter, Py_NewRef(result));
+      if (t->must_cancel) {
+        cancel_now = true;
+        msg = Py_XNewRef(t->must_cancel_msg);
+      }
+      Py_END_CRITICAL_SECTION();
+      if (cancel_now) {
+        int cancelled;
+        if (ours) {
+          cancelled = FutureCancel(reinterpret_cast<FutureObject*>(result),
+                                   msg != nullptr ? msg : Py_None);
+        } else {
+          PyObject* r = PyObject_CallMethodOneArg(result, str_cancel,
+                                                  msg != nullptr ? msg : Py_None);
+          cancelled = r == nullptr ? -1 : PyObject_IsTrue(r);
+          Py_XDECREF(r);
+        }
+        if (cancelled < 0) PyErr_WriteUnraisable(self);
+        if (cancelled > 0) {
+          Py_BEGIN_CRITICAL_SECTION(self);
+          t->must_cancel = false;
+          Py_END_CRITICAL_SECTION();
+        }
+      }
+      Py_XDECREF(msg);
+      return;
+    }
+  } else if (blocking == 0) {
+    error = PyUnicode_FromFormat(
+        "yield was used instead of yield from in task %R with %R", self, result);
+  } else if (PyGen_Check(result)) {
+    error = PyUnicode_FromFormat(
+        "yield was used instead of yield from for generator in task %R with %R",
+        self, result);
+  } else {
+    error = PyUnicode_FromFormat("Task got bad yield: %R", result);
+  }
+  if (error == nullptr) {
+    WakeWithException(self, PyErr_GetRaisedException());
+    return;
+  }
+  PyObject* exc = PyObject_CallOneArg(PyExc_RuntimeError, error);
+  Py_DECREF(error);
+  if (exc == nullptr) exc = PyErr_GetRaisedException();
+  WakeWithException(self, exc);
+}
+
+// One step. Returns true when the task is done.
+bool StepTask(PyObject* self) {
+  TaskObject* t = AsTask(self);
+  PyObject* exc = nullptr;
+  bool must_cancel = false;
+  PyObject* msg = nullptr;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  Py_CLEAR(t->fut_waiter);
+  exc = t->step_exc;
+  t->step_exc = nullptr;
+  if (t->must_cancel) {
+    must_cancel = true;
+    t->must_cancel = false;
+    msg = Py_XNewRef(t->must_cancel_msg);
+  }
+  Py_END_CRITICAL_SECTION();
+  if (FutureIsDone(&t->base)) {
+    Py_XDECREF(exc);
+    Py_XDECREF(msg);
+    return true;
+  }
+  if (must_cancel) {
+    Py_XDECREF(exc);
+    exc = MakeCancelled(msg);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+  }
+  Py_XDECREF(msg);
+
+  PyObject* loop = t->base.loop;
+  if (PyContext_Enter(t->context) < 0) {
+    // Another thread is inside this context (tasks sharing one context run
+    // in parallel here): fail the task rather than corrupt the context.
+    Py_XDECREF(exc);
+    PyObject* err = PyErr_GetRaisedException();
+    FutureSetException(&t->base, err);
+    Py_DECREF(err);
+    return true;
+  }
+  PyObject* enter_args[] = {loop, self};
+  PyObject* entered = PyObject_Vectorcall(enter_task, enter_args, 2, nullptr);
+  if (entered == nullptr) PyErr_WriteUnraisable(self);
+  Py_XDECREF(entered);
+  PyObject* prev_task = current_task;
+  current_task = self;
+
+  PyObject* result = nullptr;
+  PySendResult status;
+  if (exc == nullptr) {
+    status = PyIter_Send(t->coro, Py_None, &result);
+  } else {
+    result = PyObject_CallMethodOneArg(t->coro, str_throw, exc);
+    Py_DECREF(exc);
+    if (result != nullptr) {
+      status = PYGEN_NEXT;
+    } else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+      PyObject* stop = PyErr_GetRaisedException();
+      result = PyObject_GetAttrString(stop, "value");
+      Py_DECREF(stop);
+      status = result != nullptr ? PYGEN_RETURN : PYGEN_ERROR;
+    } else {
+      status = PYGEN_ERROR;
+    }
+  }
+  PyObject* step_error = status == PYGEN_ERROR ? PyErr_GetRaisedException() : nullptr;
+
+  current_task = prev_task;
+  PyObject* left = PyObject_Vectorcall(leave_task, enter_args, 2, nullptr);
+  if (left == nullptr) PyErr_WriteUnraisable(self);
+  Py_XDECREF(left);
+  if (PyContext_Exit(t->context) < 0) PyErr_WriteUnraisable(self);
+
+  if (status == PYGEN_RETURN) {
+    bool cancel_instead = false;
+    PyObject* cmsg = nullptr;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    if (t->must_cancel) {
+      cancel_instead = true;
+      t->must_cancel = false;
+      cmsg = Py_XNewRef(t->must_cancel_msg);
+    }
+    Py_END_CRITICAL_SECTION();
+    // A cancel during the final step wins over the result, as in stdlib.
+    const int rc = cancel_instead
+                       ? FutureCancel(&t->base, cmsg != nullptr ? cmsg : Py_None)
+                       : FutureSetResult(&t->base, result);
+    if (rc < 0) PyErr_WriteUnraisable(self);
+    Py_XDECREF(cmsg);
+    Py_DECREF(result);
+    return true;
+  }
+  if (status == PYGEN_ERROR) {
+    if (PyErr_GivenExceptionMatches(step_error, CancelledErrorType())) {
+      PyObject* args = PyException_GetArgs(step_error);
+      PyObject* cmsg = args != nullptr && PyTuple_GET_SIZE(args) > 0
+                           ? PyTuple_GET_ITEM(args, 0)
+                           : Py_None;
+      Py_BEGIN_CRITICAL_SECTION(self);
+      Py_XSETREF(t->base.cancelled_exc, Py_NewRef(step_error));
+      Py_END_CRITICAL_SECTION();
+      if (FutureCancel(&t->base, cmsg) < 0) PyErr_WriteUnraisable(self);
+      Py_XDECREF(args);
+    } else {
+      if (FutureSetException(&t->base, step_error) < 0) PyErr_WriteUnraisable(self);
+      if (PyErr_GivenExceptionMatches(step_error, PyExc_KeyboardInterrupt) ||
+          PyErr_GivenExceptionMatches(step_error, PyExc_SystemExit)) {
+        // stdlib re-raises these out of run_forever; a worker has no caller
+        // to raise into, so the loop's exception handler hears of it.
+        PyErr_SetRaisedException(Py_NewRef(step_error));
+        LoopReportException(loop, "Unhandled exception in task ", self, nullptr,
+                            nullptr);
+      }
+    }
+    Py_DECREF(step_error);
+    return true;
+  }
+  HandleYield(self, result);
+  Py_DECREF(result);
+  return false;
+}
+
+// --- Python-visible methods -----------------------------------------------------
+
+PyObject* Task_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject* self = FutureType()->tp_new(type, args, kwargs);
+  return self;
+}
+
+int Task_init(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"coro", "loop", "name", "context", "eager_start",
+                                 nullptr};
+  PyObject* coro;
+  PyObject* loop = Py_None;
+  PyObject* name = Py_None;
+  PyObject* context = Py_None;
+  int eager_start = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOp:Task",
+                                   const_cast<char**>(kwlist), &coro, &loop,
+                                   &name, &context, &eager_start)) {
+    return -1;
+  }
+  TaskObject* t = AsTask(self);
+  if (t->unit != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "Task is already initialized");
+    return -1;
+  }
+  PyObject* is_coro = PyObject_CallOneArg(iscoroutine, coro);
+  if (is_coro == nullptr) return -1;
+  const int ok = PyObject_IsTrue(is_coro);
+  Py_DECREF(is_coro);
+  if (ok <= 0) {
+    if (ok == 0) PyErr_Format(PyExc_TypeError, "a coroutine was expected, got %R", coro);
+    return -1;
+  }
+  PyObject* resolved =
+      loop == Py_None ? PyObject_CallNoArgs(get_event_loop) : Py_NewRef(loop);
+  if (resolved == nullptr) return -1;
+  if (!IsLoop(resolved)) {
+    PyErr_Format(PyExc_TypeError,
+                 "mt_asyncio tasks run on an mt_asyncio loop, got %R", resolved);
+    Py_DECREF(resolved);
+    return -1;
+  }
+  Py_XSETREF(t->base.loop, resolved);
+  t->coro = Py_NewRef(coro);
+  t->context = context == Py_None ? PyContext_CopyCurrent() : Py_NewRef(context);
+  if (t->context == nullptr) return -1;
+  t->number = task_counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (name != Py_None) {
+    t->name = PyObject_Str(name);
+    if (t->name == nullptr) return -1;
+  }
+  (void)eager_start;  // Eager start is not implemented yet: runs lazily.
+  t->unit = new TaskUnit(resolved, self);
+  LoopWake(resolved, t->unit);
+  return 0;
+}
+
+int Task_traverse(PyObject* self, visitproc visit, void* arg) {
+  TaskObject* t = AsTask(self);
+  Py_VISIT(t->coro);
+  Py_VISIT(t->context);
+  Py_VISIT(t->name);
+  Py_VISIT(t->fut_waiter);
+  Py_VISIT(t->must_cancel_msg);
+  Py_VISIT(t->step_exc);
+  return FutureType()->tp_traverse(self, visit, arg);
+}
+
+int Task_clear(PyObject* self) {
+  TaskObject* t = AsTask(self);
+  Py_CLEAR(t->coro);
+  Py_CLEAR(t->context);
+  Py_CLEAR(t->name);
+  Py_CLEAR(t->fut_waiter);
+  Py_CLEAR(t->must_cancel_msg);
+  Py_CLEAR(t->step_exc);
+  return FutureType()->tp_clear(self);
+}
+
+void Task_dealloc(PyObject* self) {
+  TaskObject* t = AsTask(self);
+  PyObject_GC_UnTrack(self);
+  if (PyObject_CallFinalizerFromDealloc(self) < 0) return;
+  if (t->unit != nullptr) {
+    t->unit->Unref();
+    t->unit = nullptr;
+  }
+  PyObject_GC_Track(self);  // The base dealloc untracks again.
+  Task_clear(self);
+  FutureType()->tp_dealloc(self);
+}
+
+PyObject* Task_cancel(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"msg", nullptr};
+  PyObject* msg = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:cancel",
+                                   const_cast<char**>(kwlist), &msg)) {
+    return nullptr;
+  }
+  TaskObject* t = AsTask(self);
+  bool first = true;
+  while (true) {
+    bool done = false;
+    PyObject* waiter = nullptr;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    done = t->base.state != FutureState::kPending;
+    if (!done) {
+      if (first) ++t->num_cancels_requested;
+      if (t->fut_waiter == nullptr) {
+        // Running or about to run: the next step throws CancelledError.
+        t->must_cancel = true;
+        Py_XSETREF(t->must_cancel_msg, Py_NewRef(msg));
+      } else {
+        waiter = Py_NewRef(t->fut_waiter);
+      }
+    }
+    Py_END_CRITICAL_SECTION();
+    if (done) {
+      if (first) Py_RETURN_FALSE;
+      Py_RETURN_TRUE;
+    }
+    first = false;
+    if (waiter == nullptr) Py_RETURN_TRUE;
+    int cancelled;
+    if (PyObject_TypeCheck(waiter, FutureType())) {
+      cancelled = FutureCancel(reinterpret_cast<FutureObject*>(waiter), msg);
+    } else {
+      PyObject* r = PyObject_CallMethodOneArg(waiter, str_cancel, msg);
+      cancelled = r == nullptr ? -1 : PyObject_IsTrue(r);
+      Py_XDECREF(r);
+    }
+    if (cancelled < 0) {
+      Py_DECREF(waiter);
+      return nullptr;
+    }
+    if (cancelled > 0) {
+      Py_DECREF(waiter);
+      Py_RETURN_TRUE;
+    }
+    // The waiter was done already: its wakeup is on the way. Make sure the
+    // step it triggers cancels, unless the task moved on to a new waiter.
+    bool again = false;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    if (t->fut_waiter == nullptr || t->fut_waiter == waiter) {
+      t->must_cancel = true;
+      Py_XSETREF(t->must_cancel_msg, Py_NewRef(msg));
+    } else {
+      again = true;
+    }
+    Py_END_CRITICAL_SECTION();
+    Py_DECREF(waiter);
+    if (!again) Py_RETURN_TRUE;
+  }
+}
+
+PyObject* Task_cancelling(PyObject* self, PyObject*) {
+  int n;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  n = AsTask(self)->num_cancels_requested;
+  Py_END_CRITICAL_SECTION();
+  return PyLong_FromLong(n);
+}
+
+PyObject* Task_uncancel(PyObject* self, PyObject*) {
+  TaskObject* t = AsTask(self);
+  int n;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  if (t->num_cancels_requested > 0) {
+    --t->num_cancels_requested;
+    if (t->num_cancels_requested == 0) t->must_cancel = false;
+  }
+  n = t->num_cancels_requested;
+  Py_END_CRITICAL_SECTION();
+  return PyLong_FromLong(n);
+}
+
+PyObject* Task_wakeup(PyObject* self, PyObject*) {
+  WakeTask(self);
+  Py_RETURN_NONE;
+}
+
+PyObject* Task_get_coro(PyObject* self, PyObject*) {
+  PyObject* c = AsTask(self)->coro;
+  return Py_NewRef(c != nullptr ? c : Py_None);
+}
+
+PyObject* Task_get_context(PyObject* self, PyObject*) {
+  PyObject* c = AsTask(self)->context;
+  return Py_NewRef(c != nullptr ? c : Py_None);
+}
+
+PyObject* Task_get_name(PyObject* self, PyObject*) {
+  TaskObject* t = AsTask(self);
+  PyObject* name = nullptr;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  if (t->name == nullptr) {
+    t->name = PyUnicode_FromFormat("Task-%llu",
+                                   static_cast<unsigned long long>(t->number));
+  }
+  name = Py_XNewRef(t->name);
+  Py_END_CRITICAL_SECTION();
+  return name;
+}
+
+PyObject* Task_set_name(PyObject* self, PyObject* value) {
+  PyObject* name = PyObject_Str(value);
+  if (name == nullptr) return nullptr;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  Py_XSETREF(AsTask(self)->name, name);
+  Py_END_CRITICAL_SECTION();
+  Py_RETURN_NONE;
+}
+
+PyObject* Task_get_stack(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"limit", nullptr};
+  PyObject* limit = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O:get_stack",
+                                   const_cast<char**>(kwlist), &limit)) {
+    return nullptr;
+  }
+  return PyObject_CallFunctionObjArgs(task_get_stack, self, limit, nullptr);
+}
+
+PyObject* Task_print_stack(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"limit", "file", nullptr};
+  PyObject* limit = Py_None;
+  PyObject* file = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OO:print_stack",
+                                   const_cast<char**>(kwlist), &limit, &file)) {
+    return nullptr;
+  }
+  return PyObject_CallFunctionObjArgs(task_print_stack, self, limit, file, nullptr);
+}
+
+PyObject* Task_set_result(PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_RuntimeError, "Task does not support set_result operation");
+  return nullptr;
+}
+
+PyObject* Task_set_exception(PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_RuntimeError,
+                  "Task does not support set_exception operation");
+  return nullptr;
+}
+
+PyObject* Task_repr(PyObject* self) { return PyObject_CallOneArg(task_repr, self); }
+
+PyObject* Task_get_must_cancel(PyObject* self, void*) {
+  bool v;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  v = AsTask(self)->must_cancel;
+  Py_END_CRITICAL_SECTION();
+  return PyBool_FromLong(v);
+}
+
+PyObject* Task_get_fut_waiter(PyObject* self, void*) {
+  PyObject* v;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  v = Py_XNewRef(AsTask(self)->fut_waiter);
+  Py_END_CRITICAL_SECTION();
+  return v != nullptr ? v : Py_NewRef(Py_None);
+}
+
+PyObject* Task_get_coro_attr(PyObject* self, void*) { return Task_get_coro(self, nullptr); }
+
+PyMethodDef task_methods[] = {
+    {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_cancel)),
+     METH_VARARGS | METH_KEYWORDS, "Request that the task be cancelled."},
+    {"cancelling", Task_cancelling, METH_NOARGS,
+     "Number of pending cancellation requests."},
+    {"uncancel", Task_uncancel, METH_NOARGS, "Decrement the cancellation count."},
+    {"get_coro", Task_get_coro, METH_NOARGS, "The wrapped coroutine."},
+    {"get_context", Task_get_context, METH_NOARGS, "The task's contextvars.Context."},
+    {"get_name", Task_get_name, METH_NOARGS, "The task's name."},
+    {"set_name", Task_set_name, METH_O, "Rename the task."},
+    {"get_stack",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_get_stack)),
+     METH_VARARGS | METH_KEYWORDS, "The coroutine's frames."},
+    {"print_stack",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_print_stack)),
+     METH_VARARGS | METH_KEYWORDS, "Print the coroutine's frames."},
+    {"set_result", Task_set_result, METH_O, nullptr},
+    {"set_exception", Task_set_exception, METH_O, nullptr},
+    {"_wakeup", Task_wakeup, METH_O, "Done callback for foreign futures."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef task_getset[] = {
+    {"_must_cancel", Task_get_must_cancel, nullptr, nullptr, nullptr},
+    {"_fut_waiter", Task_get_fut_waiter, nullptr, nullptr, nullptr},
+    {"_coro", Task_get_coro_attr, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyType_Slot task_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(Task_new)},
+    {Py_tp_init, reinterpret_cast<void*>(Task_init)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(Task_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Task_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Task_clear)},
+    {Py_tp_repr, reinterpret_cast<void*>(Task_repr)},
+    {Py_tp_methods, task_methods},
+    {Py_tp_getset, task_getset},
+    {Py_tp_doc, const_cast<char*>("A coroutine stepped in parallel on the runtime's workers.")},
+    {0, nullptr},
+};
+
+PyType_Spec task_spec = {
+    .name = "mt_asyncio._core.Task",
+    .basicsize = sizeof(TaskObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = task_slots,
+};
+
+PyObject* Module_current_task(PyObject*, PyObject*) {
+  return Py_NewRef(current_task != nullptr ? current_task : Py_None);
+}
+
+PyMethodDef module_functions[] = {
+    {"_current_task", Module_current_task, METH_NOARGS,
+     "The task being stepped on this thread, or None."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+PyObject* CurrentTask() { return current_task; }
+
+int RegisterTaskType(PyObject* module) {
+  PyObject* asyncio_c = PyImport_ImportModule("_asyncio");
+  PyObject* base_tasks = PyImport_ImportModule("asyncio.base_tasks");
+  PyObject* events = PyImport_ImportModule("asyncio.events");
+  PyObject* coroutines = PyImport_ImportModule("asyncio.coroutines");
+  if (asyncio_c == nullptr || base_tasks == nullptr || events == nullptr ||
+      coroutines == nullptr) {
+    Py_XDECREF(asyncio_c);
+    Py_XDECREF(base_tasks);
+    Py_XDECREF(events);
+    Py_XDECREF(coroutines);
+    return -1;
+  }
+  enter_task = PyObject_GetAttrString(asyncio_c, "_enter_task");
+  leave_task = PyObject_GetAttrString(asyncio_c, "_leave_task");
+  task_repr = PyObject_GetAttrString(base_tasks, "_task_repr");
+  task_get_stack = PyObject_GetAttrString(base_tasks, "_task_get_stack");
+  task_print_stack = PyObject_GetAttrString(base_tasks, "_task_print_stack");
+  get_event_loop = PyObject_GetAttrString(events, "get_event_loop");
+  iscoroutine = PyObject_GetAttrString(coroutines, "iscoroutine");
+  Py_DECREF(asyncio_c);
+  Py_DECREF(base_tasks);
+  Py_DECREF(events);
+  Py_DECREF(coroutines);
+  str_throw = PyUnicode_InternFromString("throw");
+  str_cancel = PyUnicode_InternFromString("cancel");
+  str_add_done_callback = PyUnicode_InternFromString("add_done_callback");
+  str_get_loop = PyUnicode_InternFromString("get_loop");
+  str_blocking = PyUnicode_InternFromString("_asyncio_future_blocking");
+  str_context = PyUnicode_InternFromString("context");
+  kwnames_context = PyTuple_Pack(1, str_context);
+  if (!enter_task || !leave_task || !task_repr || !task_get_stack ||
+      !task_print_stack || !get_event_loop || !iscoroutine || !kwnames_context) {
+    return -1;
+  }
+  task_type = reinterpret_cast<PyTypeObject*>(PyType_FromModuleAndSpec(
+      module, &task_spec, reinterpret_cast<PyObject*>(FutureType())));
+  if (task_type == nullptr) return -1;
+  FutureHooks hooks = GetFutureHooks();
+  hooks.wake_task = WakeTask;
+  SetFutureHooks(hooks);
+  if (PyModule_AddFunctions(module, module_functions) < 0) return -1;
+  return PyModule_AddObjectRef(module, "Task", reinterpret_cast<PyObject*>(task_type));
+}
+
+}  // namespace mt::pyext

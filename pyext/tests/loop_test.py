@@ -1,0 +1,319 @@
+"""The parallel EventLoop end to end: running, timers, tasks, cancellation,
+contextvars, and proof that tasks step on several workers at once."""
+
+import asyncio
+import contextvars
+import sys
+import sysconfig
+import threading
+import time
+
+import pytest
+
+import mt_asyncio
+from mt_asyncio import _core
+from mt_asyncio.base_events import EventLoop
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+WAIT = 10  # Seconds; every wait in these tests is bounded.
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    mt_asyncio.start_runtime(4)
+    yield
+    mt_asyncio.shutdown_runtime()
+
+
+@pytest.fixture
+def loop():
+    loop = EventLoop()
+    yield loop
+    loop.close()
+
+
+def run(loop, coro, timeout=WAIT):
+    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+
+def test_run_until_complete_returns_and_raises(loop):
+    async def ok():
+        await asyncio.sleep(0)
+        return 41 + 1
+
+    async def bad():
+        await asyncio.sleep(0)
+        raise KeyError("nope")
+
+    assert loop.run_until_complete(ok()) == 42
+    with pytest.raises(KeyError):
+        loop.run_until_complete(bad())
+    assert not loop.is_running()
+
+
+def test_running_loop_and_current_task_inside_steps(loop):
+    seen = {}
+
+    async def probe():
+        seen["loop"] = asyncio.get_running_loop()
+        seen["stdlib_task"] = asyncio.current_task()
+        seen["our_task"] = _core._current_task()
+        await asyncio.sleep(0)
+        seen["after_yield"] = asyncio.current_task()
+        return asyncio.current_task()
+
+    task = loop.create_task(probe())
+    assert loop.run_until_complete(task) is task
+    assert seen["loop"] is loop
+    assert seen["stdlib_task"] is task and seen["our_task"] is task
+    assert seen["after_yield"] is task
+
+
+def test_call_soon_call_later_and_cancelled_handles(loop):
+    ran = []
+    done = threading.Event()
+    loop.call_soon(ran.append, "soon")
+    cancelled = loop.call_later(0.01, ran.append, "never")
+    cancelled.cancel()
+    assert cancelled.cancelled()
+    t0 = loop.time()
+    timer = loop.call_later(0.05, lambda: (ran.append("later"), loop.stop()))
+    assert timer.when() == pytest.approx(t0 + 0.05, abs=0.01)
+    loop.run_forever()
+    assert loop.time() - t0 >= 0.05
+    assert sorted(ran) == ["later", "soon"]
+
+
+def test_callbacks_wait_while_the_loop_is_stopped(loop):
+    ran = []
+    loop.call_soon(ran.append, 1)
+    time.sleep(0.05)
+    assert ran == [] and loop._deferred_count() == 1
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    # stop() may overtake the first callback on another worker; run again.
+    if not ran:
+        loop.call_later(0.02, loop.stop)
+        loop.run_forever()
+    assert ran == [1]
+
+
+def test_sleep_durations(loop):
+    async def sleeper():
+        t0 = loop.time()
+        await asyncio.sleep(0.05)
+        return loop.time() - t0
+
+    assert run(loop, sleeper()) >= 0.05
+
+
+def test_many_tasks_all_finish(loop):
+    async def worker(i):
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return i
+
+    async def main():
+        tasks = [loop.create_task(worker(i)) for i in range(500)]
+        return [await t for t in tasks]
+
+    assert run(loop, main()) == list(range(500))
+
+
+def test_cancel_a_sleeping_task(loop):
+    async def sleeper():
+        await asyncio.sleep(30)
+
+    async def main():
+        task = loop.create_task(sleeper())
+        await asyncio.sleep(0.01)
+        assert task.cancel("enough") is True
+        assert task.cancelling() == 1
+        try:
+            await task
+        except asyncio.CancelledError as e:
+            return task.cancelled(), e.args
+        return None
+
+    assert run(loop, main()) == (True, ("enough",))
+
+
+def test_cancel_caught_and_uncancelled(loop):
+    async def stubborn():
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            assert me.cancelling() == 1
+            me.uncancel()
+            return "survived"
+
+    async def main():
+        task = loop.create_task(stubborn())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        return await task, task.cancelling()
+
+    assert run(loop, main()) == ("survived", 0)
+
+
+def test_cancel_before_first_step(loop):
+    started = []
+
+    async def never():
+        started.append(1)
+
+    async def main():
+        task = loop.create_task(never())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return task.cancelled()
+
+    assert run(loop, main()) is True
+    assert started == []
+
+
+def test_timeout_context_manager(loop):
+    async def main():
+        try:
+            async with asyncio.timeout(0.02):
+                await asyncio.sleep(30)
+        except TimeoutError:
+            return "timed out", asyncio.current_task().cancelling()
+
+    assert run(loop, main()) == ("timed out", 0)
+
+
+def test_awaiting_stdlib_and_concurrent_futures(loop):
+    async def main():
+        fut = loop.create_future()
+        loop.call_later(0.01, fut.set_result, "ours")
+        cf = loop.run_in_executor(None, lambda: "from a thread")
+        return await fut, await cf
+
+    assert run(loop, main()) == ("ours", "from a thread")
+
+
+def test_bad_yield_raises_inside_the_task(loop):
+    class Bad:
+        def __await__(self):
+            yield "not a future"
+
+    async def main():
+        with pytest.raises(RuntimeError, match="bad yield"):
+            await Bad()
+        return "ok"
+
+    assert run(loop, main()) == "ok"
+
+
+def test_contextvars_isolated_per_task(loop):
+    var = contextvars.ContextVar("var")
+
+    async def child(i):
+        var.set(i)
+        for _ in range(3):
+            await asyncio.sleep(0)
+            assert var.get() == i
+        return var.get()
+
+    async def main():
+        var.set("parent")
+        tasks = [loop.create_task(child(i)) for i in range(100)]
+        results = [await t for t in tasks]
+        return results, var.get()
+
+    assert run(loop, main()) == (list(range(100)), "parent")
+
+
+def test_unhandled_exception_in_callback_goes_to_handler(loop):
+    reports = []
+    loop.set_exception_handler(lambda lp, ctx: reports.append(ctx))
+
+    def boom():
+        raise ValueError("in callback")
+
+    loop.call_soon(boom)
+    loop.call_later(0.05, loop.stop)
+    loop.run_forever()
+    assert len(reports) == 1
+    assert isinstance(reports[0]["exception"], ValueError)
+    assert reports[0]["message"].startswith("Exception in callback")
+
+
+def test_argument_errors_match_stdlib(loop):
+    async def coro():
+        pass
+
+    with pytest.raises(TypeError, match="coroutines cannot be used with call_soon"):
+        loop.call_soon(coro)
+    with pytest.raises(TypeError, match="a callable object was expected"):
+        loop.call_soon(42)
+    with pytest.raises(TypeError, match="delay must not be None"):
+        loop.call_later(None, print)
+    with pytest.raises(TypeError, match="a coroutine was expected"):
+        loop.create_task(42)
+    c = coro()
+    c.close()
+
+
+def test_closed_loop_refuses_work():
+    loop = EventLoop()
+    loop.call_soon(print)  # Never runs: dropped at close.
+    loop.close()
+    assert loop.is_closed()
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.call_soon(print)
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.run_forever()
+    loop.close()  # Idempotent.
+
+
+def test_stdlib_run_with_our_loop_factory():
+    async def main():
+        await asyncio.sleep(0.01)
+        return type(asyncio.get_running_loop()).__name__
+
+    assert asyncio.run(main(), loop_factory=EventLoop) == "EventLoop"
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded CPython build")
+def test_tasks_step_on_several_workers_at_once(loop):
+    """Proof of parallelism: CPU-bound steps of different tasks overlap in
+    time on different worker threads."""
+    intervals = []
+    lock = threading.Lock()
+
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        x = 0
+        while time.perf_counter() < end:
+            x += 1
+        return x
+
+    async def busy(i):
+        for _ in range(3):
+            start = time.perf_counter()
+            spin(0.02)
+            with lock:
+                intervals.append((threading.get_ident(), start, time.perf_counter()))
+            await asyncio.sleep(0)
+
+    async def main():
+        tasks = [loop.create_task(busy(i)) for i in range(8)]
+        for t in tasks:
+            await t
+
+    run(loop, main())
+    threads = {tid for tid, _, _ in intervals}
+    assert len(threads) >= 2, f"steps ran on {len(threads)} thread(s)"
+    overlapping = 0
+    for i, (ta, sa, ea) in enumerate(intervals):
+        for tb, sb, eb in intervals[i + 1:]:
+            if ta != tb and sa < eb and sb < ea:
+                overlapping += 1
+    assert overlapping > 0, "no two steps ever ran at the same time"
+    assert not sys._is_gil_enabled()
+    per_worker = [w["units_run"] for w in mt_asyncio.runtime_info()["workers"]]
+    assert sum(1 for n in per_worker if n > 0) >= 2
