@@ -42,6 +42,18 @@ def start_runtime(threads=None, *, blocking_threadpool_size=128,
                         float(blocking_threadpool_idle_ttl))
 
 
+def _configure_threads(threads):
+    """Make the runtime run `threads` workers: start it, or resize it live."""
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"threads must be an int or None, not {type(threads).__name__}")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    if _core.runtime_snapshot()["state"] == "running":
+        _core.resize_workers(threads)
+    else:
+        start_runtime(threads)
+
+
 def shutdown_runtime():
     """Run what is queued, then stop and join the workers. Idempotent."""
     _core.shutdown_runtime()

@@ -18,7 +18,7 @@ import threading
 import weakref
 from asyncio import coroutines, events, futures
 
-from . import _core
+from . import _core, tasks
 
 __all__ = ["EventLoop", "new_event_loop"]
 
@@ -46,6 +46,7 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
     def __init__(self):
         self._exception_handler = None
         self._debug = coroutines._is_debug_mode()
+        self._set_core_debug(self._debug)
         self._task_factory = None
         self._default_executor = None
         self._executor_shutdown_called = False
@@ -94,7 +95,7 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
         self._check_closed()
         self._check_running()
         new_task = not futures.isfuture(future)
-        future = _asyncio.ensure_future(future, loop=self)
+        future = tasks.ensure_future(future, loop=self)
         future.add_done_callback(_run_until_complete_cb)
         try:
             self.run_forever()
@@ -141,8 +142,10 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
         if kwargs:
             raise TypeError(
                 f"create_task() got an unexpected keyword argument {next(iter(kwargs))!r}")
-        return _core.Task(coro, loop=self, name=name, context=context,
+        task = _core.Task(coro, loop=self, name=name, context=context,
                           eager_start=bool(eager_start))
+        tasks._register(self, task)
+        return task
 
     def set_task_factory(self, factory):
         if factory is not None and not callable(factory):
@@ -297,6 +300,7 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
 
     def set_debug(self, enabled):
         self._debug = bool(enabled)
+        self._set_core_debug(self._debug)
 
 
 def new_event_loop():

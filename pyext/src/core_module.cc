@@ -153,6 +153,16 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       "State, configuration and per-worker counters of the runtime.");
 
   m.def(
+      "resize_workers",
+      [](std::size_t workers) {
+        absl::Status status = RuntimeHolder::Instance().ResizeWorkers(workers);
+        if (absl::IsInvalidArgument(status)) throw py::value_error(std::string(status.message()));
+        if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+      },
+      py::arg("workers"),
+      "Resize the running runtime's worker pool live.");
+
+  m.def(
       "on_worker_thread",
       [] { return RuntimeHolder::Instance().IsWorkerThread(); },
       "True when called on one of the runtime's worker threads.");

@@ -32,6 +32,9 @@ struct LoopState {
   bool closed = false;          // Guarded by mu.
   std::vector<task::Task*> deferred;  // Guarded by mu; one reference each.
   std::atomic<bool> running_flag{false};
+  // Debug mode: callbacks are checked when scheduled (stdlib does the same
+  // only in debug mode; otherwise a bad callback fails when it runs).
+  std::atomic<bool> debug{false};
 };
 
 struct LoopObject {
@@ -450,7 +453,8 @@ struct CallArgs {
 };
 
 int ParseCall(const char* method, Py_ssize_t fixed, PyObject* const* args,
-              Py_ssize_t nargs, PyObject* kwnames, CallArgs& out) {
+              Py_ssize_t nargs, PyObject* kwnames, bool check_callback,
+              CallArgs& out) {
   if (nargs < fixed + 1) {
     PyErr_Format(PyExc_TypeError, "%s() missing required argument 'callback'",
                  method);
@@ -469,7 +473,7 @@ int ParseCall(const char* method, Py_ssize_t fixed, PyObject* const* args,
     }
   }
   out.callback = args[fixed];
-  if (CheckCallback(out.callback, method) < 0) return -1;
+  if (check_callback && CheckCallback(out.callback, method) < 0) return -1;
   out.args = PyTuple_New(nargs - fixed - 1);
   if (out.args == nullptr) return -1;
   for (Py_ssize_t i = fixed + 1; i < nargs; ++i) {
@@ -488,7 +492,8 @@ PyObject* Loop_call_soon_impl(PyObject* self, PyObject* const* args,
                               const char* method) {
   if (CheckClosed(self) < 0) return nullptr;
   CallArgs call;
-  if (ParseCall(method, 0, args, PyVectorcall_NARGS(nargsf), kwnames, call) < 0) {
+  if (ParseCall(method, 0, args, PyVectorcall_NARGS(nargsf), kwnames,
+                StateOf(self)->debug.load(std::memory_order_relaxed), call) < 0) {
     return nullptr;
   }
   PyObject* handle = NewHandle(handle_type, self, call.callback, call.args,
@@ -547,7 +552,10 @@ PyObject* Loop_call_later(PyObject* self, PyObject* const* args, Py_ssize_t narg
   if (delay == -1.0 && PyErr_Occurred()) return nullptr;
   if (CheckClosed(self) < 0) return nullptr;
   CallArgs call;
-  if (ParseCall("call_later", 1, args, nargs, kwnames, call) < 0) return nullptr;
+  if (ParseCall("call_later", 1, args, nargs, kwnames,
+                StateOf(self)->debug.load(std::memory_order_relaxed), call) < 0) {
+    return nullptr;
+  }
   return ScheduleTimer(self, NowSeconds() + delay, call);
 }
 
@@ -566,7 +574,10 @@ PyObject* Loop_call_at(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
   if (when == -1.0 && PyErr_Occurred()) return nullptr;
   if (CheckClosed(self) < 0) return nullptr;
   CallArgs call;
-  if (ParseCall("call_at", 1, args, nargs, kwnames, call) < 0) return nullptr;
+  if (ParseCall("call_at", 1, args, nargs, kwnames,
+                StateOf(self)->debug.load(std::memory_order_relaxed), call) < 0) {
+    return nullptr;
+  }
   return ScheduleTimer(self, when, call);
 }
 
@@ -664,6 +675,13 @@ PyObject* Loop_is_closed(PyObject* self, PyObject*) {
   return PyBool_FromLong(st->closed);
 }
 
+PyObject* Loop_set_core_debug(PyObject* self, PyObject* flag) {
+  const int on = PyObject_IsTrue(flag);
+  if (on < 0) return nullptr;
+  StateOf(self)->debug.store(on != 0, std::memory_order_relaxed);
+  Py_RETURN_NONE;
+}
+
 PyObject* Loop_deferred_count(PyObject* self, PyObject*) {
   LoopState* st = StateOf(self);
   std::lock_guard<std::mutex> lock(st->mu);
@@ -722,6 +740,8 @@ PyMethodDef loop_methods[] = {
      "Let the workers run this loop's work until stop()."},
     {"_close_core", Loop_close_core, METH_NOARGS,
      "Refuse new work and cancel what never ran."},
+    {"_set_core_debug", Loop_set_core_debug, METH_O,
+     "Check callbacks when they are scheduled (debug mode)."},
     {"_deferred_count", Loop_deferred_count, METH_NOARGS,
      "Units waiting for the loop to run (tests, debugging)."},
     {nullptr, nullptr, 0, nullptr},

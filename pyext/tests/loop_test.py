@@ -246,10 +246,12 @@ def test_argument_errors_match_stdlib(loop):
     async def coro():
         pass
 
+    loop.set_debug(True)  # As in stdlib, callbacks are checked in debug mode.
     with pytest.raises(TypeError, match="coroutines cannot be used with call_soon"):
         loop.call_soon(coro)
     with pytest.raises(TypeError, match="a callable object was expected"):
         loop.call_soon(42)
+    loop.set_debug(False)
     with pytest.raises(TypeError, match="delay must not be None"):
         loop.call_later(None, print)
     with pytest.raises(TypeError, match="a coroutine was expected"):

@@ -626,6 +626,11 @@ void Scheduler::Worker::Retire() {
   }
   while (task::Task* t = slot->queue.Pop()) handoff.push_back(t);
   scheduler->idle_.RemoveWorker();
+  // If this worker was the one sleeping in the reactor, the others sleep on
+  // condition variables and nobody would drive timers and I/O any more:
+  // wake one so it parks again and takes the reactor over.
+  // (If nobody is asleep, whoever parks next takes the reactor.)
+  scheduler->NotifyParked(/*unthrottled=*/true, index);
   if (!handoff.empty()) {
     scheduler->injector_.PushBatch(handoff);
     for (std::size_t i = 0; i < handoff.size() && i < 4; ++i) {

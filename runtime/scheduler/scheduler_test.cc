@@ -299,6 +299,42 @@ TEST_P(SchedulerTest, ResizeUpAndDownLosesNothing) {
   rt.Shutdown();
 }
 
+// The worker sleeping in the reactor may be the one a resize retires: the
+// reactor must be taken over, or timers would never fire again.
+TEST_P(SchedulerTest, TimersKeepFiringAfterTheReactorDriverRetires) {
+  Runtime rt(TestConfig(1, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  for (int round = 0; round < 5; ++round) {
+    // Keep worker 0 busy while worker 1 starts: worker 1 parks first and
+    // takes the reactor; worker 0 then parks on its condition variable.
+    Notification busy, release;
+    ASSERT_TRUE(rt.Spawn([&] {
+                    busy.Notify();
+                    release.WaitFor(milliseconds(5000));
+                  }).ok());
+    ASSERT_TRUE(busy.WaitFor(milliseconds(5000)));
+    ASSERT_TRUE(rt.ResizeWorkers(2).ok());
+    ASSERT_TRUE(Eventually([&] { return rt.Snapshot().parked_workers == 1; }));
+    release.Notify();
+    ASSERT_TRUE(Eventually([&] { return rt.Snapshot().parked_workers == 2; }));
+    ASSERT_TRUE(rt.ResizeWorkers(1).ok());  // Retires worker 1.
+    ASSERT_TRUE(Eventually([&] { return rt.scheduler().live_workers() == 1; }));
+    time::TimerEntry entry;
+    Notification fired;
+    auto* t = new LambdaTask(
+        [&](LambdaTask*) {
+          fired.Notify();
+          return true;
+        },
+        /*scheduled=*/false);
+    t->set_executor(rt.executor());
+    rt.driver().timers().Arm(&entry, std::chrono::steady_clock::now() + milliseconds(5), t);
+    t->Unref();  // The timer holds it.
+    ASSERT_TRUE(fired.WaitFor(milliseconds(3000))) << "round " << round;
+  }
+  rt.Shutdown();
+}
+
 TEST_P(SchedulerTest, SpawnAfterShutdownIsRefusedAndDropsTheUnit) {
   Runtime rt(TestConfig(1, GetParam()));
   ASSERT_TRUE(rt.Start().ok());

@@ -1,0 +1,301 @@
+"""Task helpers and combinators that stay correct when done callbacks run
+in parallel on several workers.
+
+stdlib's gather() and wait() count finished children in closure variables
+updated from done callbacks; on mt_asyncio two children can finish on two
+workers at the same moment, so every piece of shared bookkeeping here is
+under a lock, and every "check, then complete the outer future" tolerates
+losing a race to a concurrent cancel.
+"""
+
+import asyncio as _stdlib_asyncio
+import threading
+import weakref
+from asyncio import coroutines, events, exceptions, futures
+
+from . import _core
+
+__all__ = [
+    "Task", "create_task", "ensure_future", "current_task", "all_tasks",
+    "gather", "wait", "wait_for", "shield", "sleep",
+    "FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED",
+]
+
+Task = _core.Task
+sleep = _stdlib_asyncio.sleep  # Built on call_later and futures: safe here.
+
+FIRST_COMPLETED = _stdlib_asyncio.FIRST_COMPLETED
+FIRST_EXCEPTION = _stdlib_asyncio.FIRST_EXCEPTION
+ALL_COMPLETED = _stdlib_asyncio.ALL_COMPLETED
+
+
+def current_task(loop=None):
+    """The task running on this thread (its loop must be `loop` if given)."""
+    if loop is None:
+        loop = events.get_running_loop()
+    task = _core._current_task()
+    if task is None:
+        # A stdlib task on a stdlib loop, or none at all.
+        return _stdlib_asyncio.current_task(loop)
+    return task if task.get_loop() is loop else None
+
+
+# Tasks per loop, for all_tasks() and for asyncio.run()'s final cancel.
+_registry_lock = threading.Lock()
+_registry = weakref.WeakKeyDictionary()
+
+
+def _register(loop, task):
+    with _registry_lock:
+        tasks = _registry.get(loop)
+        if tasks is None:
+            tasks = _registry[loop] = weakref.WeakSet()
+        tasks.add(task)
+
+
+def all_tasks(loop=None):
+    """The loop's tasks that are not done yet."""
+    if loop is None:
+        loop = events.get_running_loop()
+    with _registry_lock:
+        tasks = list(_registry.get(loop, ()))
+    return {t for t in tasks if not t.done()}
+
+
+def create_task(coro, **kwargs):
+    """Schedule a coroutine on the running loop; return its Task."""
+    loop = events.get_running_loop()
+    return loop.create_task(coro, **kwargs)
+
+
+def ensure_future(coro_or_future, *, loop=None):
+    """A future for the argument: futures as they are, coroutines and
+    awaitables wrapped in a Task."""
+    if futures.isfuture(coro_or_future):
+        if loop is not None and loop is not futures._get_loop(coro_or_future):
+            raise ValueError("The future belongs to a different loop than "
+                             "the one specified as the loop argument")
+        return coro_or_future
+    if not coroutines.iscoroutine(coro_or_future):
+        if hasattr(coro_or_future, "__await__"):
+            coro_or_future = _wrap_awaitable(coro_or_future)
+        else:
+            raise TypeError("An asyncio.Future, a coroutine or an awaitable "
+                            "is required")
+    if loop is None:
+        loop = events.get_event_loop()
+    return loop.create_task(coro_or_future)
+
+
+async def _wrap_awaitable(awaitable):
+    return await awaitable
+
+
+class _GatheringFuture(_core.Future):
+    """The future gather() returns: cancelling it cancels the children."""
+
+    def __init__(self, children, *, loop):
+        super().__init__(loop=loop)
+        self._children = children
+        self._cancel_requested = False
+
+    def cancel(self, msg=None):
+        if self.done():
+            return False
+        ret = False
+        for child in self._children:
+            if child.cancel(msg=msg):
+                ret = True
+        if ret:
+            # Children's cancellation reaches us through their callbacks;
+            # remember that it was asked for, so it propagates even if a
+            # child swallows it.
+            self._cancel_requested = True
+        return ret
+
+
+def gather(*coros_or_futures, return_exceptions=False):
+    """Run awaitables concurrently; the result is the list of their results
+    in argument order (see asyncio.gather for the cancellation rules)."""
+    if not coros_or_futures:
+        loop = events.get_event_loop()
+        outer = loop.create_future()
+        outer.set_result([])
+        return outer
+
+    arg_to_fut = {}
+    children = []
+    loop = None
+    for arg in coros_or_futures:
+        if arg not in arg_to_fut:
+            fut = ensure_future(arg, loop=loop)
+            if loop is None:
+                loop = futures._get_loop(fut)
+            if fut is not arg:
+                # Our own wrapper: nobody else will look at its exception.
+                fut._log_destroy_pending = False
+            arg_to_fut[arg] = fut
+        else:
+            fut = arg_to_fut[arg]
+        children.append(fut)
+
+    outer = _GatheringFuture(children, loop=loop)
+    lock = threading.Lock()
+    state = {"finished": 0}
+    n_children = len(arg_to_fut)
+
+    def _done_callback(fut):
+        with lock:
+            state["finished"] += 1
+            all_finished = state["finished"] == n_children
+        if outer.done():
+            if not fut.cancelled():
+                fut.exception()  # Mark it retrieved.
+            return
+        if not return_exceptions:
+            if fut.cancelled():
+                _complete(outer.set_exception, fut._make_cancelled_error())
+                return
+            exc = fut.exception()
+            if exc is not None:
+                _complete(outer.set_exception, exc)
+                return
+        if all_finished:
+            results = []
+            for child in children:
+                if child.cancelled():
+                    res = child._make_cancelled_error()
+                else:
+                    res = child.exception()
+                    if res is None:
+                        res = child.result()
+                results.append(res)
+            if outer._cancel_requested:
+                _complete(outer.set_exception, fut._make_cancelled_error())
+            else:
+                _complete(outer.set_result, results)
+
+    for fut in arg_to_fut.values():
+        fut.add_done_callback(_done_callback)
+    return outer
+
+
+def _complete(setter, value):
+    # Losing the race to a concurrent cancel() of the outer future is fine.
+    try:
+        setter(value)
+    except exceptions.InvalidStateError:
+        pass
+
+
+async def wait(fs, *, timeout=None, return_when=ALL_COMPLETED):
+    """Wait for futures and tasks; return (done, pending) sets."""
+    if futures.isfuture(fs) or coroutines.iscoroutine(fs):
+        raise TypeError(f"expect a list of futures, not {type(fs).__name__}")
+    if not fs:
+        raise ValueError("Set of Tasks/Futures is empty.")
+    if return_when not in (FIRST_COMPLETED, FIRST_EXCEPTION, ALL_COMPLETED):
+        raise ValueError(f"Invalid return_when value: {return_when}")
+    fs = set(fs)
+    if any(coroutines.iscoroutine(f) for f in fs):
+        raise TypeError("Passing coroutines is forbidden, use tasks explicitly.")
+    loop = events.get_running_loop()
+    return await _wait(fs, timeout, return_when, loop)
+
+
+async def _wait(fs, timeout, return_when, loop):
+    waiter = loop.create_future()
+    lock = threading.Lock()
+    state = {"left": len(fs)}
+    timeout_handle = None
+    if timeout is not None:
+        timeout_handle = loop.call_later(timeout, _release_waiter, waiter)
+
+    def _on_completion(f):
+        with lock:
+            state["left"] -= 1
+            left = state["left"]
+        if (left <= 0 or return_when == FIRST_COMPLETED
+                or (return_when == FIRST_EXCEPTION and not f.cancelled()
+                    and f.exception() is not None)):
+            _release_waiter(waiter)
+
+    for f in fs:
+        f.add_done_callback(_on_completion)
+    try:
+        await waiter
+    finally:
+        if timeout_handle is not None:
+            timeout_handle.cancel()
+        for f in fs:
+            f.remove_done_callback(_on_completion)
+    done, pending = set(), set()
+    for f in fs:
+        (done if f.done() else pending).add(f)
+    return done, pending
+
+
+def _release_waiter(waiter, *args):
+    if not waiter.done():
+        _complete(waiter.set_result, None)
+
+
+async def wait_for(fut, timeout):
+    """Wait for one awaitable with a timeout (TimeoutError, and the
+    awaitable cancelled, when it runs out)."""
+    from . import timeouts  # Cycle: timeouts uses current_task.
+
+    if timeout is not None and timeout <= 0:
+        fut = ensure_future(fut)
+        if fut.done():
+            return fut.result()
+        await _cancel_and_wait(fut)
+        try:
+            return fut.result()
+        except exceptions.CancelledError as exc:
+            raise TimeoutError from exc
+    async with timeouts.timeout(timeout):
+        return await fut
+
+
+async def _cancel_and_wait(fut):
+    loop = events.get_running_loop()
+    waiter = loop.create_future()
+    cb = lambda f: _release_waiter(waiter)  # noqa: E731
+    fut.add_done_callback(cb)
+    try:
+        fut.cancel()
+        await waiter
+    finally:
+        fut.remove_done_callback(cb)
+
+
+def shield(arg):
+    """Protect an awaitable from cancellation of the task awaiting it."""
+    inner = ensure_future(arg)
+    if inner.done():
+        return inner
+    loop = futures._get_loop(inner)
+    outer = loop.create_future()
+
+    def _inner_done_callback(inner):
+        if outer.cancelled():
+            if not inner.cancelled():
+                inner.exception()  # Mark it retrieved.
+            return
+        if inner.cancelled():
+            outer.cancel()
+        else:
+            exc = inner.exception()
+            if exc is not None:
+                _complete(outer.set_exception, exc)
+            else:
+                _complete(outer.set_result, inner.result())
+
+    def _outer_done_callback(outer):
+        if not inner.done():
+            inner.remove_done_callback(_inner_done_callback)
+
+    inner.add_done_callback(_inner_done_callback)
+    outer.add_done_callback(_outer_done_callback)
+    return outer
