@@ -44,16 +44,38 @@ def run_asyncio_multiloop(factories, threads):
     return [len(s) for s in shares]
 
 
-# mt_asyncio's parallel loop joins this table once it exists; until then
-# mt_asyncio.asyncio forwards to stdlib asyncio and a row for it would
-# measure stdlib under another name.
+def run_mt_asyncio(factories, threads):
+    """mt_asyncio's parallel loop: one loop, every coroutine a Task stepped
+    on the runtime's `threads` workers. Uses the loop, Task, Future, gather
+    and run directly (mt_asyncio.asyncio still forwards to stdlib until
+    every primitive is thread-safe)."""
+    from mt_asyncio import runners, tasks
+
+    lock = threading.Lock()
+    per_thread = {}
+
+    async def counted(factory):
+        result = await factory()
+        tid = threading.get_ident()
+        with lock:
+            per_thread[tid] = per_thread.get(tid, 0) + 1
+        return result
+
+    async def main():
+        await tasks.gather(*(counted(f) for f in factories))
+
+    runners.run(main(), threads=threads)
+    return sorted(per_thread.values(), reverse=True)
+
+
 BACKENDS = {
     "asyncio": run_asyncio,
     "asyncio-multiloop": run_asyncio_multiloop,
+    "mt_asyncio": run_mt_asyncio,
 }
 
 SINGLE_THREADED = {"asyncio"}
 
 # Backends that run on mt_asyncio._core; the driver refuses to measure them
 # on a debug or sanitizer build of the extension.
-USES_EXTENSION = set()
+USES_EXTENSION = {"mt_asyncio"}

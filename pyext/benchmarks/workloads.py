@@ -39,6 +39,17 @@ def mixed(aio, scale):
     return [one_task for _ in range(tasks)]
 
 
+def one_million(aio, scale):
+    """1,000,000 trivial coroutines created and run to completion."""
+    count = max(1, int(1_000_000 * scale))
+
+    async def trivial():
+        return None
+
+    return [trivial] * count
+
+
 WORKLOADS = {
     "mixed": mixed,
+    "one_million": one_million,
 }

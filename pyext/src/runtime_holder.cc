@@ -71,6 +71,10 @@ void RuntimeHolder::Start(runtime::Config config) {
                                             InterpreterHooks());
     runtime_ = rt;
   }
+  // Stalls are counted and shown in the admin snapshot; a line on stderr
+  // for every long step would be noise in CPU-heavy programs (asyncio too
+  // only warns about slow callbacks in debug mode).
+  rt->SetStallHandler(nullptr);
   absl::Status status = rt->Start();
   if (!status.ok()) throw std::runtime_error(std::string(status.message()));
 }
