@@ -17,7 +17,8 @@ from . import _core
 
 __all__ = [
     "Task", "create_task", "ensure_future", "current_task", "all_tasks",
-    "gather", "wait", "wait_for", "shield", "sleep",
+    "gather", "wait", "wait_for", "shield", "sleep", "as_completed",
+    "run_coroutine_threadsafe",
     "FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED",
 ]
 
@@ -299,3 +300,121 @@ def shield(arg):
     inner.add_done_callback(_inner_done_callback)
     outer.add_done_callback(_outer_done_callback)
     return outer
+
+
+class _Channel:
+    """Items put from any thread (done callbacks on any worker), taken with
+    ``await get()`` by one consumer."""
+
+    def __init__(self, loop):
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items = []
+        self._waiter = None
+
+    def put(self, item):
+        with self._lock:
+            self._items.append(item)
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            _release_waiter(waiter)
+
+    async def get(self):
+        while True:
+            with self._lock:
+                if self._items:
+                    return self._items.pop(0)
+                self._waiter = waiter = self._loop.create_future()
+            await waiter
+
+
+class _AsCompletedIterator:
+    """What as_completed() returns: iterate it plainly to get awaitables
+    (each resolves to the next result to finish), or with ``async for`` to
+    get the futures themselves in completion order."""
+
+    _TIMEOUT = object()
+
+    def __init__(self, aws, timeout):
+        loop = events.get_event_loop()
+        todo = {ensure_future(aw, loop=loop) for aw in set(aws)}
+        self._channel = _Channel(loop)
+        self._left = len(todo)
+        self._todo = todo
+        self._timeout_handle = None
+        if timeout is not None and todo:
+            self._timeout_handle = loop.call_later(timeout, self._handle_timeout)
+        for f in todo:
+            f.add_done_callback(self._handle_completion)
+
+    def _handle_completion(self, f):
+        with self._channel._lock:
+            if f not in self._todo:
+                return  # Already reported as timed out.
+            self._todo.discard(f)
+            last = not self._todo
+        self._channel.put(f)
+        if last and self._timeout_handle is not None:
+            self._timeout_handle.cancel()
+
+    def _handle_timeout(self):
+        with self._channel._lock:
+            pending = list(self._todo)
+            self._todo.clear()
+        for f in pending:
+            f.remove_done_callback(self._handle_completion)
+            self._channel.put(self._TIMEOUT)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if not self._left:
+            raise StopAsyncIteration
+        self._left -= 1
+        return await self._wait_for_one()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._left:
+            raise StopIteration
+        self._left -= 1
+        return self._wait_for_one(resolve=True)
+
+    async def _wait_for_one(self, resolve=False):
+        f = await self._channel.get()
+        if f is self._TIMEOUT:
+            raise TimeoutError
+        return f.result() if resolve else f
+
+
+def as_completed(fs, *, timeout=None):
+    """Iterate over awaitables in the order they complete."""
+    if futures.isfuture(fs) or coroutines.iscoroutine(fs):
+        raise TypeError(f"expect an iterable of futures, not {type(fs).__name__}")
+    return _AsCompletedIterator(fs, timeout)
+
+
+def run_coroutine_threadsafe(coro, loop):
+    """Submit a coroutine to `loop` from any thread; return a
+    concurrent.futures.Future for its result."""
+    import concurrent.futures
+
+    if not coroutines.iscoroutine(coro):
+        raise TypeError("A coroutine object is required")
+    result = concurrent.futures.Future()
+
+    def callback():
+        try:
+            futures._chain_future(ensure_future(coro, loop=loop), result)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            if result.set_running_or_notify_cancel():
+                result.set_exception(exc)
+            raise
+
+    loop.call_soon_threadsafe(callback)
+    return result

@@ -12,7 +12,7 @@ import asyncio
 import types
 
 import mt_asyncio
-from mt_asyncio import base_events, runners, tasks, timeouts
+from mt_asyncio import base_events, runners, taskgroups, tasks, timeouts
 
 SCENARIOS = {}
 
@@ -41,6 +41,7 @@ def _mt_namespace():
         setattr(ns, name, getattr(tasks, name))
     for name in timeouts.__all__:
         setattr(ns, name, getattr(timeouts, name))
+    ns.TaskGroup = taskgroups.TaskGroup
     ns.run = runners.run
     ns.Runner = runners.Runner
     ns.Future = mt_asyncio._core.Future

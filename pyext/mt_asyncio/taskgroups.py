@@ -1,0 +1,179 @@
+"""TaskGroup, safe when its tasks finish on several workers at once.
+
+Same contract as asyncio.TaskGroup: __aexit__ waits for every task; the
+first failure cancels the others and the parent; errors come out as one
+BaseExceptionGroup. The bookkeeping the done callbacks share (the set of
+live tasks, the errors, the "all done" future) is under a lock, and the
+"wait until empty" step re-checks emptiness under that lock before it
+waits, so a last task finishing on another worker is never missed.
+"""
+
+import threading
+from asyncio import events, exceptions
+
+from . import tasks
+
+__all__ = ["TaskGroup"]
+
+
+class TaskGroup:
+    """Structured concurrency: ``async with TaskGroup() as tg:
+    tg.create_task(...)``."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entered = False
+        self._exiting = False
+        self._aborting = False
+        self._loop = None
+        self._parent_task = None
+        self._parent_cancel_requested = False
+        self._tasks = set()
+        self._errors = []
+        self._base_error = None
+        self._on_completed_fut = None
+
+    def __repr__(self):
+        info = [""]
+        if self._tasks:
+            info.append(f"tasks={len(self._tasks)}")
+        if self._errors:
+            info.append(f"errors={len(self._errors)}")
+        if self._aborting:
+            info.append("cancelling")
+        elif self._entered:
+            info.append("entered")
+        return f"<TaskGroup{' '.join(info)}>"
+
+    async def __aenter__(self):
+        if self._entered:
+            raise RuntimeError(f"TaskGroup {self!r} has already been entered")
+        if self._loop is None:
+            self._loop = events.get_running_loop()
+        self._parent_task = tasks.current_task(self._loop)
+        if self._parent_task is None:
+            raise RuntimeError(f"TaskGroup {self!r} cannot determine the parent task")
+        self._entered = True
+        return self
+
+    async def __aexit__(self, et, exc, tb):
+        try:
+            return await self._aexit(et, exc)
+        finally:
+            # Break reference cycles through tracebacks.
+            self._parent_task = None
+            self._errors = None
+            self._base_error = None
+            exc = None
+
+    async def _aexit(self, et, exc):
+        self._exiting = True
+        if exc is not None and self._is_base_error(exc) and self._base_error is None:
+            self._base_error = exc
+        propagate_cancellation_error = (
+            exc if et is not None and issubclass(et, exceptions.CancelledError) else None)
+        if et is not None and not self._aborting:
+            self._abort()
+
+        while True:
+            with self._lock:
+                if not self._tasks:
+                    break
+                self._on_completed_fut = fut = self._loop.create_future()
+            try:
+                await fut
+            except exceptions.CancelledError as ex:
+                if not self._aborting:
+                    # The parent was cancelled from outside: cancel the
+                    # children, then keep waiting for them.
+                    propagate_cancellation_error = ex
+                    self._abort()
+            with self._lock:
+                self._on_completed_fut = None
+
+        if self._base_error is not None:
+            raise self._base_error
+        if self._parent_cancel_requested:
+            # We cancelled the parent ourselves; undo it unless someone else
+            # also asked for it.
+            if self._parent_task.uncancel() == 0:
+                propagate_cancellation_error = None
+        if propagate_cancellation_error is not None and not self._errors:
+            try:
+                raise propagate_cancellation_error
+            finally:
+                propagate_cancellation_error = None
+        if et is not None and not issubclass(et, exceptions.CancelledError):
+            self._errors.append(exc)
+        if self._errors:
+            errors = self._errors
+            self._errors = None
+            raise BaseExceptionGroup("unhandled errors in a TaskGroup", errors) from None
+        return None
+
+    def create_task(self, coro, *, name=None, context=None):
+        """Create a task in the group (see asyncio.TaskGroup.create_task)."""
+        if not self._entered:
+            coro.close()
+            raise RuntimeError(f"TaskGroup {self!r} has not been entered")
+        if self._exiting and not self._tasks:
+            coro.close()
+            raise RuntimeError(f"TaskGroup {self!r} is finished")
+        if self._aborting:
+            coro.close()
+            raise RuntimeError(f"TaskGroup {self!r} is shutting down")
+        task = self._loop.create_task(coro, name=name, context=context)
+        # In the set before its done callback can possibly run.
+        with self._lock:
+            self._tasks.add(task)
+        task.add_done_callback(self._on_task_done)
+        return task
+
+    @staticmethod
+    def _is_base_error(exc):
+        return isinstance(exc, (SystemExit, KeyboardInterrupt))
+
+    def _abort(self):
+        self._aborting = True
+        with self._lock:
+            live = list(self._tasks)
+        for t in live:
+            if not t.done():
+                t.cancel()
+
+    def _on_task_done(self, task):
+        with self._lock:
+            self._tasks.discard(task)
+            fut = self._on_completed_fut if not self._tasks else None
+        if fut is not None and not fut.done():
+            try:
+                fut.set_result(True)
+            except exceptions.InvalidStateError:
+                pass  # The parent was cancelled meanwhile.
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        with self._lock:
+            if self._errors is not None:
+                self._errors.append(exc)
+            if self._is_base_error(exc) and self._base_error is None:
+                self._base_error = exc
+            request_parent_cancel = not self._aborting and not self._parent_cancel_requested
+            if request_parent_cancel:
+                self._parent_cancel_requested = True
+        parent = self._parent_task
+        if parent is None or parent.done():
+            self._loop.call_exception_handler({
+                "message": f"Task {task!r} has errored out but its parent "
+                           f"task {parent} is already completed",
+                "exception": exc,
+                "task": task,
+            })
+            return
+        if request_parent_cancel:
+            # First failure: cancel the rest and make the parent stop waiting
+            # in its body (its __aexit__ turns this into the error group).
+            self._abort()
+            parent.cancel()

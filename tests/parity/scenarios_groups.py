@@ -1,0 +1,209 @@
+"""Scenarios: TaskGroup, as_completed, run_coroutine_threadsafe."""
+
+import threading
+
+from harness import aobserve, scenario
+
+
+async def _value(aio, v, delay=0):
+    await aio.sleep(delay)
+    return v
+
+
+async def _fail(aio, exc, delay=0):
+    await aio.sleep(delay)
+    raise exc
+
+
+def _group_summary(eg):
+    return [type(eg).__name__, sorted(type(e).__name__ for e in eg.exceptions)]
+
+
+@scenario
+async def taskgroup_collects_results(aio):
+    async with aio.TaskGroup() as tg:
+        ts = [tg.create_task(_value(aio, i, 0.001 * (5 - i))) for i in range(5)]
+    return [t.result() for t in ts]
+
+
+@scenario
+async def taskgroup_error_cancels_siblings(aio):
+    cancelled = []
+
+    async def sibling():
+        try:
+            await aio.sleep(10)
+        except aio.CancelledError:
+            cancelled.append(True)
+            raise
+    try:
+        async with aio.TaskGroup() as tg:
+            for _ in range(3):
+                tg.create_task(sibling())
+            tg.create_task(_fail(aio, ValueError("first"), 0.005))
+    except BaseExceptionGroup as eg:
+        return [_group_summary(eg), len(cancelled), aio.current_task().cancelling()]
+
+
+@scenario
+async def taskgroup_two_errors(aio):
+    # Whether the second task fails before the first failure cancels it is
+    # ordering asyncio does not promise: observe only what is certain.
+    try:
+        async with aio.TaskGroup() as tg:
+            tg.create_task(_fail(aio, ValueError("a")))
+            tg.create_task(_fail(aio, KeyError("b")))
+    except BaseExceptionGroup as eg:
+        names = {type(e).__name__ for e in eg.exceptions}
+        return [type(eg).__name__, bool(names), names <= {"ValueError", "KeyError"}]
+
+
+@scenario
+async def taskgroup_body_error(aio):
+    try:
+        async with aio.TaskGroup() as tg:
+            tg.create_task(_value(aio, 1, 10))
+            await aio.sleep(0)
+            raise ZeroDivisionError()
+    except BaseExceptionGroup as eg:
+        return _group_summary(eg)
+
+
+@scenario
+async def taskgroup_nested(aio):
+    async def inner_group():
+        async with aio.TaskGroup() as tg:
+            a = tg.create_task(_value(aio, "a"))
+            b = tg.create_task(_value(aio, "b", 0.001))
+        return a.result() + b.result()
+    async with aio.TaskGroup() as tg:
+        x = tg.create_task(inner_group())
+        y = tg.create_task(inner_group())
+    return [x.result(), y.result()]
+
+
+@scenario
+async def taskgroup_create_task_after_exit(aio):
+    async with aio.TaskGroup() as tg:
+        pass
+    coro = _value(aio, 1)
+    try:
+        tg.create_task(coro)
+    except RuntimeError as e:
+        return ["RuntimeError", "finished" in str(e)]
+
+
+@scenario
+async def taskgroup_create_task_before_enter(aio):
+    tg = aio.TaskGroup()
+    try:
+        tg.create_task(_value(aio, 1))
+    except RuntimeError as e:
+        return ["RuntimeError", "not been entered" in str(e)]
+
+
+@scenario
+async def taskgroup_late_create_task_while_exiting(aio):
+    results = []
+    async with aio.TaskGroup() as tg:
+        async def spawner():
+            await aio.sleep(0.005)
+            t = tg.create_task(_value(aio, "late"))
+            results.append(await t)
+        tg.create_task(spawner())
+    return results
+
+
+@scenario
+async def taskgroup_parent_cancelled_from_outside(aio):
+    started = aio.get_running_loop().create_future()
+
+    async def body():
+        async with aio.TaskGroup() as tg:
+            tg.create_task(_value(aio, 1, 10))
+            started.set_result(None)
+            await aio.sleep(10)
+    t = aio.create_task(body())
+    await started
+    t.cancel()
+    r = await aobserve(t)
+    return [r[:2], t.cancelled()]
+
+
+@scenario
+async def taskgroup_many_tasks(aio):
+    async with aio.TaskGroup() as tg:
+        ts = [tg.create_task(_value(aio, i)) for i in range(200)]
+    return sum(t.result() for t in ts)
+
+
+@scenario
+async def as_completed_async_for(aio):
+    ts = [aio.create_task(_value(aio, i, 0.002 * i)) for i in range(4)]
+    seen = []
+    async for t in aio.as_completed(ts):
+        seen.append(await t)
+    return sorted(seen)
+
+
+@scenario
+async def as_completed_plain_iteration(aio):
+    out = []
+    for aw in aio.as_completed([_value(aio, "x", 0.001), _value(aio, "y")]):
+        out.append(await aw)
+    return sorted(out)
+
+
+@scenario
+async def as_completed_timeout(aio):
+    slow = aio.create_task(_value(aio, "slow", 1))
+    out = []
+    try:
+        for aw in aio.as_completed([slow], timeout=0.01):
+            out.append(await aw)
+    except TimeoutError:
+        out.append("TimeoutError")
+    slow.cancel()
+    return out
+
+
+@scenario
+async def as_completed_rejects_single_future(aio):
+    fut = aio.get_running_loop().create_future()
+    try:
+        aio.as_completed(fut)
+    except TypeError:
+        return "TypeError"
+    finally:
+        fut.cancel()
+
+
+@scenario
+async def run_coroutine_threadsafe_from_foreign_threads(aio):
+    loop = aio.get_running_loop()
+    results = []
+    lock = threading.Lock()
+
+    def foreign(i):
+        cf = aio.run_coroutine_threadsafe(_value(aio, i, 0.001), loop)
+        r = cf.result(timeout=10)
+        with lock:
+            results.append(r)
+    threads = [threading.Thread(target=foreign, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    await aio.to_thread(lambda: [t.join(10) for t in threads])
+    return sorted(results)
+
+
+@scenario
+async def run_coroutine_threadsafe_exception(aio):
+    loop = aio.get_running_loop()
+
+    def foreign():
+        cf = aio.run_coroutine_threadsafe(_fail(aio, KeyError("far")), loop)
+        try:
+            cf.result(timeout=10)
+        except KeyError:
+            return "KeyError"
+    return await aio.to_thread(foreign)
