@@ -12,7 +12,7 @@ import asyncio
 import types
 
 import mt_asyncio
-from mt_asyncio import base_events, runners, taskgroups, tasks, timeouts
+from mt_asyncio import base_events, locks, runners, taskgroups, tasks, timeouts
 
 SCENARIOS = {}
 
@@ -42,6 +42,8 @@ def _mt_namespace():
     for name in timeouts.__all__:
         setattr(ns, name, getattr(timeouts, name))
     ns.TaskGroup = taskgroups.TaskGroup
+    for name in locks.__all__:
+        setattr(ns, name, getattr(locks, name))
     ns.run = runners.run
     ns.Runner = runners.Runner
     ns.Future = mt_asyncio._core.Future

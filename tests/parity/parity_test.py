@@ -14,6 +14,7 @@ import harness  # noqa: E402
 import scenarios_combinators  # noqa: E402,F401 - registers scenarios.
 import scenarios_core  # noqa: E402,F401
 import scenarios_groups  # noqa: E402,F401
+import scenarios_locks  # noqa: E402,F401
 
 N_THREADS = int(os.environ.get("MT_PARITY_THREADS", "4"))
 ROUNDS = int(os.environ.get("MT_PARITY_ROUNDS", "1"))

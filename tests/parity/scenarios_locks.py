@@ -1,0 +1,236 @@
+"""Scenarios: Lock, Event, Condition, Semaphore, BoundedSemaphore — under
+contention from many tasks (on mt_asyncio, from several workers at once)."""
+
+import threading
+
+from harness import aobserve, observe, scenario
+
+
+class _Gauge:
+    """Counts holders at once; records the maximum (thread-safe)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.now = 0
+        self.max = 0
+        self.total = 0
+
+    def enter(self):
+        with self.lock:
+            self.now += 1
+            self.total += 1
+            self.max = max(self.max, self.now)
+
+    def leave(self):
+        with self.lock:
+            self.now -= 1
+
+
+def _nwaiters(primitive):
+    # How many tasks wait on it (stdlib creates its deque lazily).
+    return len(primitive._waiters or ())
+
+
+def _spin(n=2000):
+    x = 0
+    for i in range(n):
+        x += i
+    return x
+
+
+@scenario
+async def lock_mutual_exclusion_under_contention(aio):
+    lock = aio.Lock()
+    gauge = _Gauge()
+
+    async def worker():
+        for _ in range(20):
+            async with lock:
+                gauge.enter()
+                _spin()
+                await aio.sleep(0)
+                gauge.leave()
+    await aio.gather(*(worker() for _ in range(16)))
+    return [gauge.max, gauge.total, lock.locked()]
+
+
+@scenario
+async def lock_release_unlocked(aio):
+    return observe(aio.Lock().release)[:2]
+
+
+@scenario
+async def lock_fifo_order(aio):
+    lock = aio.Lock()
+    order = []
+    await lock.acquire()
+    queued = []
+
+    async def waiter(i):
+        fut_started = aio.get_running_loop().create_future()
+        queued.append(fut_started)
+        async with lock:
+            order.append(i)
+    # Queue the waiters one at a time so their arrival order is defined.
+    tasks = []
+    for i in range(5):
+        tasks.append(aio.create_task(waiter(i)))
+        while _nwaiters(lock) < i + 1:
+            await aio.sleep(0.001)
+    lock.release()
+    await aio.gather(*tasks)
+    return order
+
+
+@scenario
+async def lock_cancelled_waiter_passes_turn(aio):
+    lock = aio.Lock()
+    await lock.acquire()
+    got = []
+
+    async def waiter(i):
+        async with lock:
+            got.append(i)
+    a = aio.create_task(waiter("a"))
+    while _nwaiters(lock) < 1:
+        await aio.sleep(0.001)
+    b = aio.create_task(waiter("b"))
+    while _nwaiters(lock) < 2:
+        await aio.sleep(0.001)
+    a.cancel()
+    lock.release()
+    await aobserve(a)
+    await b
+    return [got, lock.locked()]
+
+
+@scenario
+async def event_wakes_every_waiter(aio):
+    ev = aio.Event()
+    woke = []
+
+    async def waiter(i):
+        await ev.wait()
+        woke.append(i)
+    ts = [aio.create_task(waiter(i)) for i in range(30)]
+    await aio.sleep(0.01)
+    before = [ev.is_set(), len(woke)]
+    ev.set()
+    await aio.gather(*ts)
+    ev.clear()
+    return [before, sorted(woke), ev.is_set()]
+
+
+@scenario
+async def event_wait_when_set_returns_at_once(aio):
+    ev = aio.Event()
+    ev.set()
+    return await ev.wait()
+
+
+@scenario
+async def event_waiter_cancel(aio):
+    ev = aio.Event()
+    t = aio.create_task(ev.wait())
+    await aio.sleep(0.005)
+    t.cancel()
+    r = await aobserve(t)
+    ev.set()
+    return [r[:2], _nwaiters(ev)]
+
+
+@scenario
+async def semaphore_bounds_holders(aio):
+    sem = aio.Semaphore(3)
+    gauge = _Gauge()
+
+    async def worker():
+        for _ in range(10):
+            async with sem:
+                gauge.enter()
+                _spin()
+                await aio.sleep(0)
+                gauge.leave()
+    await aio.gather(*(worker() for _ in range(12)))
+    return [gauge.max <= 3, gauge.max >= 1, gauge.total, sem.locked()]
+
+
+@scenario
+async def semaphore_cancelled_waiters_do_not_leak_permits(aio):
+    sem = aio.Semaphore(1)
+    await sem.acquire()
+    waiters = [aio.create_task(sem.acquire()) for _ in range(5)]
+    while _nwaiters(sem) < 5:
+        await aio.sleep(0.001)
+    for w in waiters[:4]:
+        w.cancel()
+    sem.release()
+    results = [await aobserve(w) for w in waiters]
+    sem.release()
+    return [[r[0] for r in results], sem._value, sem.locked()]
+
+
+@scenario
+async def semaphore_negative_value(aio):
+    return observe(aio.Semaphore, -1)[:2]
+
+
+@scenario
+async def bounded_semaphore_over_release(aio):
+    sem = aio.BoundedSemaphore(2)
+    await sem.acquire()
+    sem.release()
+    return observe(sem.release)[:2]
+
+
+@scenario
+async def condition_notify_and_wait_for(aio):
+    cond = aio.Condition()
+    items = []
+    consumed = []
+
+    async def consumer():
+        async with cond:
+            await cond.wait_for(lambda: items)
+            consumed.append(items.pop())
+    ts = [aio.create_task(consumer()) for _ in range(5)]
+    await aio.sleep(0.01)
+    for i in range(5):
+        async with cond:
+            items.append(i)
+            cond.notify(1)
+        await aio.sleep(0.002)
+    await aio.gather(*ts)
+    return sorted(consumed)
+
+
+@scenario
+async def condition_notify_all(aio):
+    cond = aio.Condition()
+    ready = []
+
+    async def waiter(i):
+        async with cond:
+            await cond.wait()
+            ready.append(i)
+    ts = [aio.create_task(waiter(i)) for i in range(10)]
+    while _nwaiters(cond) < 10:
+        await aio.sleep(0.001)
+    async with cond:
+        cond.notify_all()
+    await aio.gather(*ts)
+    return sorted(ready)
+
+
+@scenario
+async def condition_requires_lock(aio):
+    cond = aio.Condition()
+    return [observe(cond.notify)[:2], (await aobserve(cond.wait()))[:2]]
+
+
+@scenario
+async def condition_shares_lock(aio):
+    lock = aio.Lock()
+    cond = aio.Condition(lock)
+    async with lock:
+        return [cond.locked(), lock.locked()]
