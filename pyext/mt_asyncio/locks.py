@@ -12,7 +12,7 @@ import collections
 import threading
 from asyncio import events, exceptions
 
-__all__ = ["Lock", "Event", "Condition", "Semaphore", "BoundedSemaphore"]
+__all__ = ["Lock", "Event", "Condition", "Semaphore", "BoundedSemaphore", "Barrier"]
 
 
 class _ContextManagerMixin:
@@ -306,3 +306,93 @@ class BoundedSemaphore(Semaphore):
     def _check_release_locked(self):
         if self._value >= self._bound_value:
             raise ValueError("BoundedSemaphore released too many times")
+
+
+class _BarrierState:
+    FILLING = "filling"
+    DRAINING = "draining"
+    RESETTING = "resetting"
+    BROKEN = "broken"
+
+
+class Barrier:
+    """Blocks tasks until `parties` of them are waiting, then releases them
+    all (each gets its arrival index)."""
+
+    def __init__(self, parties):
+        if parties < 1:
+            raise ValueError("parties must be >= 1")
+        self._cond = Condition()
+        self._parties = parties
+        self._state = _BarrierState.FILLING
+        self._count = 0
+
+    def __repr__(self):
+        extra = f"{self._state}"
+        if not self.broken:
+            extra += f", waiters:{self.n_waiting}/{self.parties}"
+        return f"<{self.__class__.__name__} [{extra}]>"
+
+    async def __aenter__(self):
+        return await self.wait()
+
+    async def __aexit__(self, *args):
+        pass
+
+    async def wait(self):
+        """Wait for the barrier; returns this task's arrival index."""
+        async with self._cond:
+            await self._block()
+            try:
+                index = self._count
+                self._count += 1
+                if index + 1 == self._parties:
+                    self._state = _BarrierState.DRAINING
+                    self._cond.notify_all()
+                else:
+                    await self._cond.wait_for(
+                        lambda: self._state != _BarrierState.FILLING)
+                    if self._state in (_BarrierState.BROKEN, _BarrierState.RESETTING):
+                        raise exceptions.BrokenBarrierError("Abort or reset of barrier")
+                return index
+            finally:
+                self._count -= 1
+                if self._count == 0:
+                    if self._state in (_BarrierState.RESETTING, _BarrierState.DRAINING):
+                        self._state = _BarrierState.FILLING
+                    self._cond.notify_all()
+
+    async def _block(self):
+        # A new round cannot start while the last one drains or resets.
+        await self._cond.wait_for(lambda: self._state not in (
+            _BarrierState.DRAINING, _BarrierState.RESETTING))
+        if self._state == _BarrierState.BROKEN:
+            raise exceptions.BrokenBarrierError("Barrier aborted")
+
+    async def reset(self):
+        """Back to the empty state; tasks waiting get BrokenBarrierError."""
+        async with self._cond:
+            if self._count > 0:
+                self._state = _BarrierState.RESETTING
+            else:
+                self._state = _BarrierState.FILLING
+            self._cond.notify_all()
+
+    async def abort(self):
+        """Break the barrier: present and future waiters get
+        BrokenBarrierError."""
+        async with self._cond:
+            self._state = _BarrierState.BROKEN
+            self._cond.notify_all()
+
+    @property
+    def parties(self):
+        return self._parties
+
+    @property
+    def n_waiting(self):
+        return self._count if self._state == _BarrierState.FILLING else 0
+
+    @property
+    def broken(self):
+        return self._state == _BarrierState.BROKEN

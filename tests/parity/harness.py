@@ -12,7 +12,8 @@ import asyncio
 import types
 
 import mt_asyncio
-from mt_asyncio import base_events, locks, runners, taskgroups, tasks, timeouts
+from mt_asyncio import (base_events, locks, queues, runners, taskgroups, tasks,
+                        timeouts)
 
 SCENARIOS = {}
 
@@ -44,6 +45,9 @@ def _mt_namespace():
     ns.TaskGroup = taskgroups.TaskGroup
     for name in locks.__all__:
         setattr(ns, name, getattr(locks, name))
+    for name in queues.__all__:
+        setattr(ns, name, getattr(queues, name))
+    ns.BrokenBarrierError = asyncio.BrokenBarrierError
     ns.run = runners.run
     ns.Runner = runners.Runner
     ns.Future = mt_asyncio._core.Future

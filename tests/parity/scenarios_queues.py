@@ -1,0 +1,194 @@
+"""Scenarios: Queue, LifoQueue, PriorityQueue (with shutdown) and Barrier,
+with producers and consumers racing on several workers."""
+
+import threading
+
+from harness import aobserve, observe, scenario
+
+
+@scenario
+async def queue_loses_and_duplicates_nothing(aio):
+    q = aio.Queue(maxsize=8)
+    got = []
+    lock = threading.Lock()
+
+    async def producer(base):
+        for i in range(100):
+            await q.put(base + i)
+
+    async def consumer():
+        while True:
+            item = await q.get()
+            if item is None:
+                q.task_done()
+                return
+            with lock:
+                got.append(item)
+            q.task_done()
+    consumers = [aio.create_task(consumer()) for _ in range(6)]
+    await aio.gather(*(producer(1000 * p) for p in range(6)))
+    await q.join()
+    for _ in consumers:
+        await q.put(None)
+    await aio.gather(*consumers)
+    return [len(got), sorted(got) == sorted(1000 * p + i for p in range(6) for i in range(100)),
+            q.empty(), q.qsize()]
+
+
+@scenario
+async def queue_nowait_errors(aio):
+    q = aio.Queue(maxsize=1)
+    q.put_nowait(1)
+    full = observe(q.put_nowait, 2)[:2]
+    item = q.get_nowait()
+    empty = observe(q.get_nowait)[:2]
+    return [full, item, empty, q.full(), q.maxsize]
+
+
+@scenario
+async def queue_task_done_too_many(aio):
+    q = aio.Queue()
+    q.put_nowait(1)
+    q.get_nowait()
+    q.task_done()
+    return observe(q.task_done)[:2]
+
+
+@scenario
+async def queue_join_waits_for_task_done(aio):
+    q = aio.Queue()
+    for i in range(5):
+        q.put_nowait(i)
+    done = []
+
+    async def worker():
+        while not q.empty():
+            q.get_nowait()
+            await aio.sleep(0.001)
+            done.append(1)
+            q.task_done()
+    t = aio.create_task(worker())
+    await q.join()
+    await t
+    return len(done)
+
+
+@scenario
+async def queue_fifo_single_consumer(aio):
+    q = aio.Queue()
+    for i in range(10):
+        await q.put(i)
+    return [await q.get() for _ in range(10)]
+
+
+@scenario
+async def lifo_and_priority_order(aio):
+    lq, pq = aio.LifoQueue(), aio.PriorityQueue()
+    for i in (3, 1, 2):
+        lq.put_nowait(i)
+        pq.put_nowait(i)
+    return [[lq.get_nowait() for _ in range(3)], [pq.get_nowait() for _ in range(3)]]
+
+
+@scenario
+async def queue_getter_cancel_does_not_lose_items(aio):
+    q = aio.Queue()
+    g1 = aio.create_task(q.get())
+    g2 = aio.create_task(q.get())
+    await aio.sleep(0.005)
+    g1.cancel()
+    q.put_nowait("x")
+    r1 = await aobserve(g1)
+    r2 = await aobserve(g2)
+    # Exactly one of the two getters may have it, or it is still queued.
+    taken = [r for r in (r1, r2) if r[0] == "ok"]
+    left = q.qsize()
+    return len(taken) + left
+
+
+@scenario
+async def queue_bounded_put_waits(aio):
+    q = aio.Queue(maxsize=2)
+    await q.put(1)
+    await q.put(2)
+    t = aio.create_task(q.put(3))
+    await aio.sleep(0.005)
+    blocked = not t.done()
+    first = await q.get()
+    await t
+    return [blocked, first, q.qsize()]
+
+
+@scenario
+async def queue_shutdown_graceful(aio):
+    q = aio.Queue()
+    q.put_nowait(1)
+    q.shutdown()
+    put = observe(q.put_nowait, 2)[:2]
+    item = await q.get()
+    after = (await aobserve(q.get()))[:2]
+    return [put, item, after]
+
+
+@scenario
+async def queue_shutdown_wakes_blocked_getters(aio):
+    q = aio.Queue()
+    getters = [aio.create_task(q.get()) for _ in range(4)]
+    await aio.sleep(0.005)
+    q.shutdown()
+    return [(await aobserve(g))[:2] for g in getters]
+
+
+@scenario
+async def queue_shutdown_immediate_drops_items(aio):
+    q = aio.Queue()
+    for i in range(3):
+        q.put_nowait(i)
+    q.shutdown(immediate=True)
+    await q.join()  # Dropped items count as done.
+    return [q.qsize(), (await aobserve(q.get()))[:2]]
+
+
+@scenario
+async def queue_shutdown_wakes_blocked_putters(aio):
+    q = aio.Queue(maxsize=1)
+    q.put_nowait(0)
+    putters = [aio.create_task(q.put(i)) for i in range(3)]
+    await aio.sleep(0.005)
+    q.shutdown()
+    return [(await aobserve(p))[:2] for p in putters]
+
+
+@scenario
+async def barrier_releases_all_parties(aio):
+    b = aio.Barrier(5)
+    indices = await aio.gather(*(b.wait() for _ in range(5)))
+    return [sorted(indices), b.n_waiting, b.broken, b.parties]
+
+
+@scenario
+async def barrier_reusable_rounds(aio):
+    b = aio.Barrier(3)
+    rounds = []
+
+    async def party():
+        for _ in range(4):
+            rounds.append(await b.wait())
+    await aio.gather(*(party() for _ in range(3)))
+    return sorted(rounds)
+
+
+@scenario
+async def barrier_abort_breaks_waiters(aio):
+    b = aio.Barrier(3)
+    waiters = [aio.create_task(b.wait()) for _ in range(2)]
+    while b.n_waiting < 2:
+        await aio.sleep(0.001)
+    await b.abort()
+    results = [(await aobserve(w))[:2] for w in waiters]
+    return [results, b.broken, (await aobserve(b.wait()))[:2]]
+
+
+@scenario
+async def barrier_bad_parties(aio):
+    return observe(aio.Barrier, 0)[:2]
