@@ -46,10 +46,8 @@ def run_asyncio_multiloop(factories, threads):
 
 def run_mt_asyncio(factories, threads):
     """mt_asyncio's parallel loop: one loop, every coroutine a Task stepped
-    on the runtime's `threads` workers. Uses the loop, Task, Future, gather
-    and run directly (mt_asyncio.asyncio still forwards to stdlib until
-    every primitive is thread-safe)."""
-    from mt_asyncio import runners, tasks
+    on the runtime's `threads` workers."""
+    import mt_asyncio.asyncio as aio
 
     lock = threading.Lock()
     per_thread = {}
@@ -62,9 +60,9 @@ def run_mt_asyncio(factories, threads):
         return result
 
     async def main():
-        await tasks.gather(*(counted(f) for f in factories))
+        await aio.gather(*(counted(f) for f in factories))
 
-    runners.run(main(), threads=threads)
+    aio.run(main(), threads=threads)
     return sorted(per_thread.values(), reverse=True)
 
 

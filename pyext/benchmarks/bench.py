@@ -140,8 +140,8 @@ def main(argv=None):
           f"GIL {'enabled' if facts['gil_enabled'] else 'disabled'})")
     print(f"cells: fresh subprocess each, 1 warm-up + {args.repeats} runs, "
           f"scale {args.scale}; ratio = asyncio median / cell median")
-    print("mt_asyncio rows: the parallel loop (EventLoop, Task, Future, gather, run) "
-          "on the runtime's workers")
+    print("mt_asyncio rows: mt_asyncio.asyncio, tasks stepped in parallel on the "
+          "runtime's workers")
 
     rows = []
     gil_stayed_off = True

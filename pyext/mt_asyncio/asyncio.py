@@ -1,26 +1,95 @@
-"""``import mt_asyncio.asyncio as asyncio``: asyncio's API on mt_asyncio.
+"""``import mt_asyncio.asyncio as asyncio``: asyncio's API on the parallel
+loop.
 
-Status: until the parallel loop exists, this module forwards every name to
-the standard library's ``asyncio``: code written against it runs today, on
-one thread, with stdlib semantics. The names stay the same when the loop
-moves onto the runtime's workers.
+Every name in stdlib ``asyncio.__all__`` is here. The loop, Future, Task,
+the combinators, timeouts, TaskGroup, the synchronization primitives and
+the queues are mt_asyncio's own, correct when tasks run on several worker
+threads at once. Exceptions, constants, protocol base classes and helpers
+that only build on the loop's API are stdlib's own objects (so ``except
+asyncio.CancelledError`` catches ours everywhere). Names not implemented
+for the parallel loop yet raise NotImplementedError when used; the full
+list is in docs/compatibility.md.
 """
 
-import asyncio as _stdlib_asyncio
-from asyncio import *  # noqa: F401,F403
+import asyncio as _stdlib
+import contextvars as _contextvars
+import functools as _functools
 
-__all__ = list(_stdlib_asyncio.__all__)
+# Stdlib's own objects: exceptions, constants, base classes, loop access.
+from asyncio import (  # noqa: F401
+    ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION,
+    AbstractEventLoop, AbstractServer, BaseEventLoop, BaseProtocol,
+    BaseTransport, BrokenBarrierError, BufferedProtocol, CancelledError,
+    DatagramProtocol, DatagramTransport, FrameCallGraphEntry, FutureCallGraph,
+    IncompleteReadError, InvalidStateError, LimitOverrunError, Protocol,
+    ReadTransport, SelectorEventLoop, SendfileNotAvailableError, Server,
+    StreamReader, StreamReaderProtocol, StreamWriter, SubprocessProtocol,
+    SubprocessTransport, TimeoutError, Transport, WriteTransport,
+    _enter_task, _get_running_loop, _leave_task, _register_task,
+    _set_running_loop, _unregister_task, get_event_loop,
+    get_event_loop_policy, get_running_loop, iscoroutine,
+    iscoroutinefunction, isfuture, set_event_loop, set_event_loop_policy,
+    wrap_future,
+)
 
-#: Which implementation backs this module: "stdlib" until the parallel
-#: loop lands, then "mt_asyncio".
-BACKEND = "stdlib"
+# The parallel loop and everything that must be thread-safe on it.
+from ._core import Future, Handle, TimerHandle  # noqa: F401
+from .base_events import EventLoop, new_event_loop  # noqa: F401
+from .locks import (  # noqa: F401
+    Barrier, BoundedSemaphore, Condition, Event, Lock, Semaphore,
+)
+from .queues import (  # noqa: F401
+    LifoQueue, PriorityQueue, Queue, QueueEmpty, QueueFull, QueueShutDown,
+)
+from .runners import Runner, run  # noqa: F401
+from .taskgroups import TaskGroup  # noqa: F401
+from .tasks import (  # noqa: F401
+    Task, all_tasks, as_completed, create_task, current_task, ensure_future,
+    gather, run_coroutine_threadsafe, shield, sleep, wait, wait_for,
+)
+from .timeouts import Timeout, timeout, timeout_at  # noqa: F401
+
+__all__ = list(_stdlib.__all__)
+
+#: Which implementation backs this module.
+BACKEND = "mt_asyncio"
+
+
+async def to_thread(func, /, *args, **kwargs):
+    """Run func(*args, **kwargs) in the loop's default executor, in a copy
+    of the current context; return its result."""
+    loop = get_running_loop()
+    ctx = _contextvars.copy_context()
+    call = _functools.partial(ctx.run, func, *args, **kwargs)
+    return await loop.run_in_executor(None, call)
+
+
+def _not_yet(name):
+    def unavailable(*args, **kwargs):
+        raise NotImplementedError(
+            f"mt_asyncio.asyncio.{name} is not implemented for the parallel "
+            f"loop yet (see docs/compatibility.md)")
+    unavailable.__name__ = unavailable.__qualname__ = name
+    return unavailable
+
+
+# Not implemented for the parallel loop yet. Failing loudly beats handing
+# out stdlib versions that assume one thread or a selector loop.
+for _name in ("eager_task_factory", "create_eager_task_factory",
+              "open_connection", "start_server", "open_unix_connection",
+              "start_unix_server", "create_subprocess_exec",
+              "create_subprocess_shell", "capture_call_graph",
+              "format_call_graph", "print_call_graph",
+              "future_add_to_awaited_by", "future_discard_from_awaited_by"):
+    globals()[_name] = _not_yet(_name)
+del _name
 
 
 def __getattr__(name):
-    # Submodules and private helpers that ``import *`` does not bring along
-    # (``asyncio.events``, ``asyncio.tasks``, ...).
+    # Submodules and private helpers (``asyncio.events``, ``asyncio.tasks``,
+    # ...) are stdlib's.
     try:
-        return getattr(_stdlib_asyncio, name)
+        return getattr(_stdlib, name)
     except AttributeError:
         raise AttributeError(
             f"module {__name__!r} has no attribute {name!r}") from None

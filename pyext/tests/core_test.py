@@ -34,20 +34,30 @@ def test_import_keeps_gil_disabled():
     assert not sys._is_gil_enabled()
 
 
-def test_asyncio_module_forwards_stdlib_until_the_loop_exists():
-    assert mt_aio.BACKEND == "stdlib"
-    assert mt_aio.run is stdlib_asyncio.run
-    assert mt_aio.CancelledError is stdlib_asyncio.CancelledError
-    assert mt_aio.events is stdlib_asyncio.events  # Submodules too.
+def test_asyncio_namespace_runs_on_the_parallel_loop():
+    assert mt_aio.BACKEND == "mt_asyncio"
     assert set(stdlib_asyncio.__all__) <= set(dir(mt_aio))
+    # Exceptions are stdlib's own classes; submodules are stdlib's.
+    assert mt_aio.CancelledError is stdlib_asyncio.CancelledError
+    assert mt_aio.QueueShutDown is stdlib_asyncio.QueueShutDown
+    assert mt_aio.events is stdlib_asyncio.events
+    # What must be thread-safe is ours.
+    assert mt_aio.Lock is not stdlib_asyncio.Lock
+    assert mt_aio.gather is not stdlib_asyncio.gather
 
     async def main():
         await mt_aio.sleep(0)
-        return 42
+        loop = mt_aio.get_running_loop()
+        return type(loop).__name__, mt_aio.current_task() is not None
 
-    assert mt_aio.run(main()) == 42
-    with pytest.raises(AttributeError):
-        mt_aio.no_such_name
+    try:
+        assert mt_aio.run(main()) == ("EventLoop", True)
+        with pytest.raises(NotImplementedError, match="not implemented"):
+            mt_aio.open_connection("localhost", 1)
+        with pytest.raises(AttributeError):
+            mt_aio.no_such_name
+    finally:
+        mt_asyncio.shutdown_runtime()  # Other tests start their own.
 
 
 def test_build_info_describes_the_extension():

@@ -9,11 +9,8 @@ asserts the observations are equal.
 """
 
 import asyncio
-import types
 
-import mt_asyncio
-from mt_asyncio import (base_events, locks, queues, runners, taskgroups, tasks,
-                        timeouts)
+import mt_asyncio.asyncio
 
 SCENARIOS = {}
 
@@ -26,37 +23,9 @@ def scenario(fn):
     return fn
 
 
-def _mt_namespace():
-    """asyncio's names as mt_asyncio implements them so far. Names it does
-    not implement yet are absent on purpose: a scenario that needs one fails
-    on mt_asyncio with AttributeError instead of silently using stdlib's
-    (thread-unsafe) version."""
-    ns = types.SimpleNamespace()
-    # Exceptions and constants are stdlib's own classes and values.
-    for name in ("CancelledError", "TimeoutError", "InvalidStateError",
-                 "FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED",
-                 "iscoroutine", "iscoroutinefunction", "isfuture",
-                 "get_running_loop", "get_event_loop", "wrap_future"):
-        setattr(ns, name, getattr(asyncio, name))
-    for name in tasks.__all__:
-        setattr(ns, name, getattr(tasks, name))
-    for name in timeouts.__all__:
-        setattr(ns, name, getattr(timeouts, name))
-    ns.TaskGroup = taskgroups.TaskGroup
-    for name in locks.__all__:
-        setattr(ns, name, getattr(locks, name))
-    for name in queues.__all__:
-        setattr(ns, name, getattr(queues, name))
-    ns.BrokenBarrierError = asyncio.BrokenBarrierError
-    ns.run = runners.run
-    ns.Runner = runners.Runner
-    ns.Future = mt_asyncio._core.Future
-    ns.new_event_loop = base_events.new_event_loop
-    ns.to_thread = asyncio.to_thread  # Built on run_in_executor.
-    return ns
-
-
-MT = _mt_namespace()
+# The product namespace itself: what `import mt_asyncio.asyncio as asyncio`
+# gives a user.
+MT = mt_asyncio.asyncio
 
 
 def observe(fn, *args, **kwargs):
@@ -79,4 +48,4 @@ def run_stdlib(fn):
 
 
 def run_mt(fn, threads):
-    return runners.run(fn(MT), threads=threads)
+    return MT.run(fn(MT), threads=threads)
