@@ -40,6 +40,42 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path):
     # Run outside the test's folder so nothing but the venv can be imported.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([py, "-c", check], check=True, cwd=tmp_path, env=env)
+    # A queue-fed worker pool in a TaskGroup, the shape of the seed README's
+    # first example, runs from the installed wheel.
+    program = """
+import mt_asyncio.asyncio as asyncio
+
+processed = []
+
+async def handle(item):
+    await asyncio.sleep(0)
+    processed.append(item)
+
+async def produce():
+    for i in range(200):
+        yield i
+
+async def worker(queue):
+    while (item := await queue.get()) is not None:
+        await handle(item)
+
+async def main():
+    queue = asyncio.Queue(maxsize=16)
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(8):
+            tg.create_task(worker(queue))
+        async for item in produce():
+            await queue.put(item)
+        for _ in range(8):
+            await queue.put(None)
+
+asyncio.run(main())
+assert sorted(processed) == list(range(200)), processed
+print("example ok")
+"""
+    out = subprocess.run([py, "-c", program], check=True, cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert "example ok" in out.stdout
     mtctl = env_dir / "bin" / "mtctl"
     assert os.access(mtctl, os.X_OK)
     out = subprocess.run([str(mtctl), "--help"], check=True, capture_output=True, text=True)
