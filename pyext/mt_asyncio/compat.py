@@ -1,0 +1,82 @@
+"""compat.install() / compat.uninstall(): point stdlib ``asyncio`` at
+mt_asyncio, process-wide and reversibly.
+
+After install(), a library that does ``import asyncio`` gets mt_asyncio's
+thread-safe primitives, queues, combinators, timeouts and TaskGroup, and
+``asyncio.run()`` / ``asyncio.new_event_loop()`` create the parallel loop.
+Names are rebound both in ``asyncio`` and in the submodule that defines
+them (``asyncio.locks.Lock``, ``asyncio.tasks.gather``, ...), because
+libraries reach for either. Future and Task stay stdlib's in the
+submodules that stdlib loops use to build them, so a stdlib loop created
+explicitly keeps working.
+"""
+
+import asyncio
+import importlib
+import threading
+
+from . import asyncio as _mt
+
+__all__ = ["install", "uninstall", "installed"]
+
+# (module, attribute): the attribute is replaced by mt_asyncio.asyncio's
+# object of the same name.
+_TARGETS = [
+    ("asyncio.locks", ("Lock", "Event", "Condition", "Semaphore",
+                       "BoundedSemaphore", "Barrier")),
+    ("asyncio.queues", ("Queue", "LifoQueue", "PriorityQueue")),
+    ("asyncio.tasks", ("gather", "wait", "wait_for", "shield", "as_completed",
+                       "create_task", "ensure_future", "current_task",
+                       "all_tasks", "run_coroutine_threadsafe")),
+    ("asyncio.timeouts", ("timeout", "timeout_at", "Timeout")),
+    ("asyncio.taskgroups", ("TaskGroup",)),
+    ("asyncio.runners", ("run", "Runner")),
+    ("asyncio.events", ("new_event_loop",)),
+    ("asyncio.threads", ("to_thread",)),
+]
+# The top-level package re-exports all of the above, plus these.
+_TOP_LEVEL_ONLY = ("Future", "Task", "EventLoop", "sleep")
+
+_lock = threading.Lock()
+_saved = None  # {(module name, attribute): original}
+
+
+def _pairs():
+    for module_name, names in _TARGETS:
+        for name in names:
+            yield module_name, name
+            yield "asyncio", name
+    for name in _TOP_LEVEL_ONLY:
+        yield "asyncio", name
+
+
+def install():
+    """Rebind stdlib asyncio's names to mt_asyncio's. Idempotent."""
+    global _saved
+    with _lock:
+        if _saved is not None:
+            return
+        saved = {}
+        for module_name, name in _pairs():
+            module = importlib.import_module(module_name)
+            if (module_name, name) in saved:
+                continue
+            saved[(module_name, name)] = getattr(module, name)
+            setattr(module, name, getattr(_mt, name))
+        _saved = saved
+
+
+def uninstall():
+    """Put every name install() replaced back. Idempotent."""
+    global _saved
+    with _lock:
+        if _saved is None:
+            return
+        for (module_name, name), original in _saved.items():
+            setattr(importlib.import_module(module_name), name, original)
+        _saved = None
+
+
+def installed():
+    """True between install() and uninstall()."""
+    return _saved is not None

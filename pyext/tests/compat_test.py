@@ -1,0 +1,71 @@
+"""compat.install() points stdlib asyncio at mt_asyncio; uninstall() undoes it."""
+
+import asyncio
+import asyncio.locks
+import asyncio.queues
+import asyncio.tasks
+
+import pytest
+
+import mt_asyncio
+import mt_asyncio.asyncio as mt_aio
+from mt_asyncio import compat
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    yield
+    compat.uninstall()
+    mt_asyncio.shutdown_runtime()
+
+
+def test_install_rebinds_package_and_submodules_and_uninstall_restores():
+    originals = (asyncio.Lock, asyncio.locks.Lock, asyncio.gather,
+                 asyncio.tasks.gather, asyncio.Queue, asyncio.run)
+    compat.install()
+    compat.install()  # Idempotent.
+    assert compat.installed()
+    assert asyncio.Lock is mt_aio.Lock and asyncio.locks.Lock is mt_aio.Lock
+    assert asyncio.gather is mt_aio.gather and asyncio.tasks.gather is mt_aio.gather
+    assert asyncio.queues.Queue is mt_aio.Queue and asyncio.run is mt_aio.run
+    # Exceptions are the same classes either way.
+    assert asyncio.CancelledError is mt_aio.CancelledError
+    compat.uninstall()
+    compat.uninstall()
+    assert not compat.installed()
+    assert (asyncio.Lock, asyncio.locks.Lock, asyncio.gather,
+            asyncio.tasks.gather, asyncio.Queue, asyncio.run) == originals
+
+
+def test_library_code_using_plain_asyncio_runs_on_the_parallel_loop():
+    compat.install()
+
+    async def library_code():
+        # Written against `import asyncio`, as a third-party library is.
+        lock = asyncio.Lock()
+        counter = 0
+
+        async def bump():
+            nonlocal counter
+            for _ in range(50):
+                async with lock:
+                    value = counter
+                    await asyncio.sleep(0)
+                    counter = value + 1
+
+        await asyncio.gather(*(bump() for _ in range(8)))
+        return counter, type(asyncio.get_running_loop()).__name__
+
+    assert asyncio.run(library_code()) == (400, "EventLoop")
+
+
+def test_stdlib_loop_still_works_while_installed():
+    compat.install()
+    loop = asyncio.SelectorEventLoop()
+    try:
+        async def f():
+            await asyncio.sleep(0)
+            return "stdlib loop"
+        assert loop.run_until_complete(f()) == "stdlib loop"
+    finally:
+        loop.close()
