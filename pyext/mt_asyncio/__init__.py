@@ -5,9 +5,9 @@
 interpreter; the control plane (``mt_asyncio.control``) lets an operator
 inspect a live process with ``mtctl``.
 
-Status: the runtime's worker pool, the extension and the control plane's
-first method are real; ``mt_asyncio.asyncio`` still forwards to the standard
-library's asyncio until the parallel loop lands (see README.md, "Status").
+Status: the runtime, the parallel loop and ``mt_asyncio.asyncio`` (tasks,
+combinators, primitives, queues) are real; streams, transports and
+subprocesses are not yet (see docs/compatibility.md).
 """
 
 import atexit as _atexit
