@@ -16,21 +16,27 @@ import contextvars as _contextvars
 import functools as _functools
 
 # Stdlib's own objects: exceptions, constants, base classes, loop access.
-from asyncio import (  # noqa: F401
-    ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION,
-    AbstractEventLoop, AbstractServer, BaseEventLoop, BaseProtocol,
-    BaseTransport, BrokenBarrierError, BufferedProtocol, CancelledError,
-    DatagramProtocol, DatagramTransport, FrameCallGraphEntry, FutureCallGraph,
-    IncompleteReadError, InvalidStateError, LimitOverrunError, Protocol,
-    ReadTransport, SelectorEventLoop, SendfileNotAvailableError, Server,
-    StreamReader, StreamReaderProtocol, StreamWriter, SubprocessProtocol,
-    SubprocessTransport, TimeoutError, Transport, WriteTransport,
-    _enter_task, _get_running_loop, _leave_task, _register_task,
-    _set_running_loop, _unregister_task, get_event_loop,
-    get_event_loop_policy, get_running_loop, iscoroutine,
-    iscoroutinefunction, isfuture, set_event_loop, set_event_loop_policy,
-    wrap_future,
+# (Looked up by name: some exist only on newer Pythons, e.g. the 3.14 call
+# graph classes.)
+_STDLIB_OWNED = (
+    "ALL_COMPLETED", "FIRST_COMPLETED", "FIRST_EXCEPTION",
+    "AbstractEventLoop", "AbstractServer", "BaseEventLoop", "BaseProtocol",
+    "BaseTransport", "BrokenBarrierError", "BufferedProtocol",
+    "CancelledError", "DatagramProtocol", "DatagramTransport",
+    "FrameCallGraphEntry", "FutureCallGraph", "IncompleteReadError",
+    "InvalidStateError", "LimitOverrunError", "Protocol", "ReadTransport",
+    "SelectorEventLoop", "SendfileNotAvailableError", "Server",
+    "StreamReader", "StreamReaderProtocol", "StreamWriter",
+    "SubprocessProtocol", "SubprocessTransport", "TimeoutError", "Transport",
+    "WriteTransport", "_enter_task", "_get_running_loop", "_leave_task",
+    "_register_task", "_set_running_loop", "_unregister_task",
+    "get_event_loop", "get_event_loop_policy", "get_running_loop",
+    "iscoroutine", "iscoroutinefunction", "isfuture", "set_event_loop",
+    "set_event_loop_policy", "wrap_future",
 )
+for _name in _STDLIB_OWNED:
+    if hasattr(_stdlib, _name):
+        globals()[_name] = getattr(_stdlib, _name)
 
 # The parallel loop and everything that must be thread-safe on it.
 from ._core import Future, Handle, TimerHandle  # noqa: F401
@@ -81,7 +87,14 @@ for _name in ("eager_task_factory", "create_eager_task_factory",
               "create_subprocess_shell", "capture_call_graph",
               "format_call_graph", "print_call_graph",
               "future_add_to_awaited_by", "future_discard_from_awaited_by"):
-    globals()[_name] = _not_yet(_name)
+    if _name in _stdlib.__all__:
+        globals()[_name] = _not_yet(_name)
+
+# Anything else a given Python's asyncio exports (3.13's child watchers and
+# loop policies, say) is stdlib's object.
+for _name in _stdlib.__all__:
+    if _name not in globals():
+        globals()[_name] = getattr(_stdlib, _name)
 del _name
 
 

@@ -32,6 +32,9 @@ class TaskGroup:
         self._errors = []
         self._base_error = None
         self._on_completed_fut = None
+        # Set once __aexit__ stopped waiting: a failure reported after that
+        # must not cancel the parent any more (it has moved on).
+        self._done_waiting = False
 
     def __repr__(self):
         info = [""]
@@ -91,9 +94,12 @@ class TaskGroup:
             with self._lock:
                 self._on_completed_fut = None
 
+        with self._lock:
+            self._done_waiting = True
+            parent_cancel_requested = self._parent_cancel_requested
         if self._base_error is not None:
             raise self._base_error
-        if self._parent_cancel_requested:
+        if parent_cancel_requested:
             # We cancelled the parent ourselves; undo it unless someone else
             # also asked for it.
             if self._parent_task.uncancel() == 0:
@@ -134,37 +140,49 @@ class TaskGroup:
         return isinstance(exc, (SystemExit, KeyboardInterrupt))
 
     def _abort(self):
-        self._aborting = True
         with self._lock:
+            self._aborting = True
             live = list(self._tasks)
+        self._cancel_all(live)
+
+    @staticmethod
+    def _cancel_all(live):
         for t in live:
             if not t.done():
                 t.cancel()
 
     def _on_task_done(self, task):
+        exc = None if task.cancelled() else task.exception()
+        parent = self._parent_task
+        live = []
+        orphaned = False
         with self._lock:
+            # Leaving the set and recording the error happen together: once
+            # __aexit__ sees the set empty, every error is in the list.
             self._tasks.discard(task)
             fut = self._on_completed_fut if not self._tasks else None
+            if exc is not None:
+                if self._errors is not None:
+                    self._errors.append(exc)
+                if self._is_base_error(exc) and self._base_error is None:
+                    self._base_error = exc
+                orphaned = parent is None or parent.done() or self._done_waiting
+                if (not orphaned and not self._aborting
+                        and not self._parent_cancel_requested):
+                    # First failure: cancel the rest and make the parent
+                    # stop waiting in its body (its __aexit__ turns this into
+                    # the error group). Requested under the lock, so
+                    # __aexit__ either sees the request or it never comes.
+                    self._parent_cancel_requested = True
+                    self._aborting = True
+                    live = list(self._tasks)
+                    parent.cancel()
         if fut is not None and not fut.done():
             try:
                 fut.set_result(True)
             except exceptions.InvalidStateError:
                 pass  # The parent was cancelled meanwhile.
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is None:
-            return
-        with self._lock:
-            if self._errors is not None:
-                self._errors.append(exc)
-            if self._is_base_error(exc) and self._base_error is None:
-                self._base_error = exc
-            request_parent_cancel = not self._aborting and not self._parent_cancel_requested
-            if request_parent_cancel:
-                self._parent_cancel_requested = True
-        parent = self._parent_task
-        if parent is None or parent.done():
+        if orphaned:
             self._loop.call_exception_handler({
                 "message": f"Task {task!r} has errored out but its parent "
                            f"task {parent} is already completed",
@@ -172,8 +190,4 @@ class TaskGroup:
                 "task": task,
             })
             return
-        if request_parent_cancel:
-            # First failure: cancel the rest and make the parent stop waiting
-            # in its body (its __aexit__ turns this into the error group).
-            self._abort()
-            parent.cancel()
+        self._cancel_all(live)
