@@ -142,10 +142,8 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
         if kwargs:
             raise TypeError(
                 f"create_task() got an unexpected keyword argument {next(iter(kwargs))!r}")
-        task = _core.Task(coro, loop=self, name=name, context=context,
+        return _core.Task(coro, loop=self, name=name, context=context,
                           eager_start=bool(eager_start))
-        tasks._register(self, task)
-        return task
 
     def set_task_factory(self, factory):
         if factory is not None and not callable(factory):

@@ -63,19 +63,19 @@ class Lock(_ContextManagerMixin):
             fut = loop.create_future()
             self._waiters.append(fut)
         try:
-            try:
-                await fut
-            finally:
-                with self._mutex:
-                    self._waiters.remove(fut)
-        except exceptions.CancelledError:
-            # Woken but cancelled before taking it: pass the turn on.
+            await fut
+        except BaseException:
             with self._mutex:
+                self._waiters.remove(fut)
+                # Woken but cancelled before taking it: pass the turn on.
                 nxt = self._first_waiter_locked() if not self._locked else None
             if nxt is not None:
                 _wake(nxt)
             raise
+        # Leaving the queue and taking the lock are one step: in between, a
+        # newcomer on another worker would see a free lock and no waiter.
         with self._mutex:
+            self._waiters.remove(fut)
             self._locked = True
         return True
 
@@ -164,11 +164,19 @@ class Condition(_ContextManagerMixin):
             raise RuntimeError("cannot wait on un-acquired lock")
         loop = events.get_running_loop()
         cancelled = None
-        self.release()
+        # Queue up *before* releasing the lock: the moment it is released, a
+        # task on another worker may take it and notify, and that
+        # notification must find us.
+        fut = loop.create_future()
+        with self._mutex:
+            self._waiters.append(fut)
         try:
-            fut = loop.create_future()
+            self.release()
+        except BaseException:
             with self._mutex:
-                self._waiters.append(fut)
+                self._waiters.remove(fut)
+            raise
+        try:
             try:
                 await fut
                 return True

@@ -10,7 +10,6 @@ losing a race to a concurrent cancel.
 
 import asyncio as _stdlib_asyncio
 import threading
-import weakref
 from asyncio import coroutines, events, exceptions, futures
 
 from . import _core
@@ -41,26 +40,14 @@ def current_task(loop=None):
     return task if task.get_loop() is loop else None
 
 
-# Tasks per loop, for all_tasks() and for asyncio.run()'s final cancel.
-_registry_lock = threading.Lock()
-_registry = weakref.WeakKeyDictionary()
-
-
-def _register(loop, task):
-    with _registry_lock:
-        tasks = _registry.get(loop)
-        if tasks is None:
-            tasks = _registry[loop] = weakref.WeakSet()
-        tasks.add(task)
-
-
 def all_tasks(loop=None):
     """The loop's tasks that are not done yet."""
     if loop is None:
         loop = events.get_running_loop()
-    with _registry_lock:
-        tasks = list(_registry.get(loop, ()))
-    return {t for t in tasks if not t.done()}
+    if isinstance(loop, _core.Loop):
+        # The loop keeps a registry of its pending tasks (C++, sharded).
+        return {t for t in loop._all_tasks() if not t.done()}
+    return _stdlib_asyncio.all_tasks(loop)
 
 
 def create_task(coro, **kwargs):

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,20 @@ struct LoopState {
   // Debug mode: callbacks are checked when scheduled (stdlib does the same
   // only in debug mode; otherwise a bad callback fails when it runs).
   std::atomic<bool> debug{false};
+  // Pending tasks, for all_tasks(): sharded by address so task creation
+  // and completion on many workers rarely meet on one mutex. Entries are
+  // borrowed: a task is registered from creation until it completes (or is
+  // dropped unrun), and all that time its step unit holds it alive.
+  static constexpr std::size_t kTaskShards = 16;
+  struct alignas(64) TaskShard {
+    std::mutex mu;
+    std::unordered_set<PyObject*> tasks;
+  };
+  TaskShard task_shards[kTaskShards];
+  TaskShard& ShardFor(PyObject* task) {
+    const auto h = reinterpret_cast<std::uintptr_t>(task) >> 6;
+    return task_shards[h % kTaskShards];
+  }
 };
 
 struct LoopObject {
@@ -682,6 +697,30 @@ PyObject* Loop_set_core_debug(PyObject* self, PyObject* flag) {
   Py_RETURN_NONE;
 }
 
+PyObject* Loop_all_tasks(PyObject* self, PyObject*) {
+  PyObject* out = PySet_New(nullptr);
+  if (out == nullptr) return nullptr;
+  LoopState* st = StateOf(self);
+  for (auto& shard : st->task_shards) {
+    std::vector<PyObject*> snapshot;
+    {
+      std::lock_guard<std::mutex> lock(shard.mu);
+      snapshot.reserve(shard.tasks.size());
+      for (PyObject* t : shard.tasks) snapshot.push_back(Py_NewRef(t));
+    }
+    int error = 0;
+    for (PyObject* t : snapshot) {
+      if (!error && PySet_Add(out, t) < 0) error = 1;
+      Py_DECREF(t);
+    }
+    if (error) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+  }
+  return out;
+}
+
 PyObject* Loop_deferred_count(PyObject* self, PyObject*) {
   LoopState* st = StateOf(self);
   std::lock_guard<std::mutex> lock(st->mu);
@@ -742,6 +781,8 @@ PyMethodDef loop_methods[] = {
      "Refuse new work and cancel what never ran."},
     {"_set_core_debug", Loop_set_core_debug, METH_O,
      "Check callbacks when they are scheduled (debug mode)."},
+    {"_all_tasks", Loop_all_tasks, METH_NOARGS,
+     "The loop's tasks that have not completed (a set)."},
     {"_deferred_count", Loop_deferred_count, METH_NOARGS,
      "Units waiting for the loop to run (tests, debugging)."},
     {nullptr, nullptr, 0, nullptr},
@@ -788,6 +829,18 @@ void LoopWake(PyObject* loop, task::Task* unit) {
     }
   }
   unit->Wake();
+}
+
+void LoopRegisterTask(PyObject* loop, PyObject* task) {
+  auto& shard = StateOf(loop)->ShardFor(task);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  shard.tasks.insert(task);
+}
+
+void LoopUnregisterTask(PyObject* loop, PyObject* task) {
+  auto& shard = StateOf(loop)->ShardFor(task);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  shard.tasks.erase(task);
 }
 
 bool LoopDeferIfStopped(PyObject* loop, task::Task* unit) {

@@ -26,6 +26,11 @@ bool IsLoop(PyObject* obj);
 // runnable: woken now if the loop runs, else deferred until it does.
 void LoopWake(PyObject* loop, runtime::task::Task* unit);
 
+// The loop's registry of pending tasks (all_tasks). A task is registered
+// while its step unit holds it alive.
+void LoopRegisterTask(PyObject* loop, PyObject* task);
+void LoopUnregisterTask(PyObject* loop, PyObject* task);
+
 // Called from a unit's Poll: if the loop is not running, parks the unit in
 // the deferred list (it returns "not finished" and is woken when the loop
 // runs again) and returns true.

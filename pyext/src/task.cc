@@ -74,12 +74,14 @@ class TaskUnit final : public rt_task::Task {
     }
     if (!StepTask(task_)) return false;
     PyObject* task = std::exchange(task_, nullptr);
+    LoopUnregisterTask(loop_, task);
     Py_DECREF(task);
     return true;
   }
   void OnCancel() override {
     // The runtime or a closed loop dropped the step unrun.
     PyObject* task = std::exchange(task_, nullptr);
+    if (task != nullptr) LoopUnregisterTask(loop_, task);
     DecRefAnyThread(task);
   }
 
@@ -394,10 +396,14 @@ int Task_init(PyObject* self, PyObject* args, PyObject* kwargs) {
     PyErr_SetString(PyExc_RuntimeError, "Task is already initialized");
     return -1;
   }
-  PyObject* is_coro = PyObject_CallOneArg(iscoroutine, coro);
-  if (is_coro == nullptr) return -1;
-  const int ok = PyObject_IsTrue(is_coro);
-  Py_DECREF(is_coro);
+  // Native coroutines need no Python call; anything else asks asyncio.
+  int ok = 1;
+  if (!PyCoro_CheckExact(coro)) {
+    PyObject* is_coro = PyObject_CallOneArg(iscoroutine, coro);
+    if (is_coro == nullptr) return -1;
+    ok = PyObject_IsTrue(is_coro);
+    Py_DECREF(is_coro);
+  }
   if (ok <= 0) {
     if (ok == 0) PyErr_Format(PyExc_TypeError, "a coroutine was expected, got %R", coro);
     return -1;
@@ -422,6 +428,7 @@ int Task_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   }
   (void)eager_start;  // Eager start is not implemented yet: runs lazily.
   t->unit = new TaskUnit(resolved, self);
+  LoopRegisterTask(resolved, self);
   LoopWake(resolved, t->unit);
   return 0;
 }
