@@ -157,7 +157,8 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
 
     def run_in_executor(self, executor, func, *args):
         self._check_closed()
-        if coroutines.iscoroutine(func) or _iscoroutinefunction(func):
+        if self._debug and (coroutines.iscoroutine(func) or _iscoroutinefunction(func)):
+            # Checked in debug mode only, as stdlib does.
             raise TypeError("coroutines cannot be used with run_in_executor()")
         if executor is None:
             executor = self._default_executor

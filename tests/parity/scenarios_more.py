@@ -1,0 +1,318 @@
+"""Scenarios: loop API details, handlers, async generators, executors,
+stack introspection and argument errors."""
+
+import contextvars
+import functools
+import sys
+
+from harness import aobserve, observe, scenario
+
+
+@scenario
+async def loop_time_is_monotonic(aio):
+    loop = aio.get_running_loop()
+    a = loop.time()
+    await aio.sleep(0.002)
+    return loop.time() > a
+
+
+@scenario
+async def loop_is_running_inside(aio):
+    loop = aio.get_running_loop()
+    return [loop.is_running(), loop.is_closed()]
+
+
+@scenario
+async def call_soon_returns_handle_with_context(aio):
+    loop = aio.get_running_loop()
+    ctx = contextvars.copy_context()
+    done = loop.create_future()
+    h = loop.call_soon(done.set_result, 1, context=ctx)
+    await done
+    return [h.get_context() is ctx, h.cancelled()]
+
+
+@scenario
+async def call_later_handle_when(aio):
+    loop = aio.get_running_loop()
+    t0 = loop.time()
+    h = loop.call_later(10, print)
+    ok = 9.5 < h.when() - t0 < 10.5
+    h.cancel()
+    return [ok, h.cancelled()]
+
+
+@scenario
+async def call_at_when_is_exact(aio):
+    loop = aio.get_running_loop()
+    when = loop.time() + 100
+    h = loop.call_at(when, print)
+    r = h.when() == when
+    h.cancel()
+    return r
+
+
+@scenario
+async def callback_args_passed(aio):
+    loop = aio.get_running_loop()
+    done = loop.create_future()
+    loop.call_soon(lambda a, b, c: done.set_result(a + b + c), 1, 2, 3)
+    return await done
+
+
+@scenario
+async def callback_with_partial(aio):
+    loop = aio.get_running_loop()
+    done = loop.create_future()
+    loop.call_soon(functools.partial(done.set_result, "partial"))
+    return await done
+
+
+@scenario
+async def exception_handler_get_set(aio):
+    loop = aio.get_running_loop()
+
+    def handler(lp, ctx):
+        pass
+    before = loop.get_exception_handler()
+    loop.set_exception_handler(handler)
+    got = loop.get_exception_handler() is handler
+    bad = observe(loop.set_exception_handler, 42)[:2]
+    loop.set_exception_handler(None)
+    return [before, got, bad, loop.get_exception_handler()]
+
+
+@scenario
+async def call_exception_handler_custom_context(aio):
+    loop = aio.get_running_loop()
+    seen = []
+    loop.set_exception_handler(lambda lp, ctx: seen.append(sorted(ctx)))
+    loop.call_exception_handler({"message": "custom", "extra": 1})
+    loop.set_exception_handler(None)
+    return seen
+
+
+@scenario
+async def failing_exception_handler_is_contained(aio):
+    loop = aio.get_running_loop()
+
+    def bad_handler(lp, ctx):
+        raise RuntimeError("handler broke")
+    loop.set_exception_handler(bad_handler)
+    loop.call_exception_handler({"message": "x"})  # Must not raise.
+    loop.set_exception_handler(None)
+    return "contained"
+
+
+@scenario
+async def debug_flag_round_trip(aio):
+    loop = aio.get_running_loop()
+    before = loop.get_debug()
+    loop.set_debug(True)
+    mid = loop.get_debug()
+    loop.set_debug(False)
+    return [before, mid, loop.get_debug()]
+
+
+@scenario
+async def task_factory_round_trip(aio):
+    loop = aio.get_running_loop()
+    made = []
+
+    def factory(lp, coro, **kwargs):
+        made.append(1)
+        return aio.Task(coro, loop=lp, **kwargs)
+    loop.set_task_factory(factory)
+
+    async def f():
+        return "via factory"
+    r = await loop.create_task(f())
+    got = loop.get_task_factory() is factory
+    loop.set_task_factory(None)
+    bad = observe(loop.set_task_factory, 42)[:2]
+    return [r, made, got, bad]
+
+
+@scenario
+async def run_in_executor_exception(aio):
+    loop = aio.get_running_loop()
+
+    def boom():
+        raise ValueError("in thread")
+    return (await aobserve(loop.run_in_executor(None, boom)))[:2]
+
+
+@scenario
+async def run_in_executor_rejects_coroutine_function_in_debug(aio):
+    loop = aio.get_running_loop()
+    loop.set_debug(True)
+
+    async def coro_fn():
+        pass
+    try:
+        return observe(loop.run_in_executor, None, coro_fn)[:2]
+    finally:
+        loop.set_debug(False)
+
+
+@scenario
+async def to_thread_keeps_context(aio):
+    var = contextvars.ContextVar("var")
+    var.set("outer")
+    return await aio.to_thread(var.get)
+
+
+@scenario
+async def to_thread_kwargs(aio):
+    return await aio.to_thread(lambda a, b=0: a - b, 10, b=3)
+
+
+@scenario
+async def async_generator_aclose_runs_finally(aio):
+    closed = []
+
+    async def agen():
+        try:
+            yield 1
+            yield 2
+        finally:
+            closed.append(True)
+    g = agen()
+    first = await g.__anext__()
+    await g.aclose()
+    return [first, closed]
+
+
+@scenario
+async def async_generator_asend_athrow(aio):
+    async def agen():
+        got = yield "start"
+        try:
+            yield f"got {got}"
+        except KeyError:
+            yield "caught"
+    g = agen()
+    a = await g.__anext__()
+    b = await g.asend("x")
+    c = await g.athrow(KeyError())
+    await g.aclose()
+    return [a, b, c]
+
+
+@scenario
+async def async_comprehension_over_tasks(aio):
+    async def agen(n):
+        for i in range(n):
+            await aio.sleep(0)
+            yield i
+    return [i * 2 async for i in agen(5) if i % 2 == 0]
+
+
+@scenario
+async def task_get_stack_of_suspended_task(aio):
+    started = aio.get_running_loop().create_future()
+
+    async def sleeper():
+        started.set_result(None)
+        await aio.sleep(10)
+    t = aio.create_task(sleeper())
+    await started
+    await aio.sleep(0.01)
+    frames = t.get_stack()
+    t.cancel()
+    await aobserve(t)
+    return [len(frames) >= 1, [f.f_code.co_name for f in frames][:1]]
+
+
+@scenario
+async def task_get_stack_of_done_task(aio):
+    async def f():
+        return None
+    t = aio.create_task(f())
+    await t
+    return t.get_stack()
+
+
+@scenario
+async def task_repr_mentions_name(aio):
+    async def f():
+        await aio.sleep(0)
+    t = aio.create_task(f(), name="visible-name")
+    r = "visible-name" in repr(t)
+    await t
+    return [r, "finished" in repr(t)]
+
+
+@scenario
+async def gather_with_futures_and_coroutines_mixed(aio):
+    loop = aio.get_running_loop()
+    fut = loop.create_future()
+    loop.call_later(0.002, fut.set_result, "fut")
+
+    async def coro():
+        return "coro"
+    return await aio.gather(fut, coro(), aio.sleep(0, result="sleep"))
+
+
+@scenario
+async def wait_for_task_already_done(aio):
+    async def f():
+        return "done"
+    t = aio.create_task(f())
+    await t
+    return await aio.wait_for(t, timeout=1)
+
+
+@scenario
+async def shield_cancel_outer_inner_result_kept(aio):
+    loop = aio.get_running_loop()
+    inner = loop.create_future()
+    outer = aio.shield(inner)
+    outer.cancel()
+    inner.set_result("kept")
+    await aio.sleep(0.005)
+    return [outer.cancelled(), inner.result()]
+
+
+@scenario
+async def ensure_future_rejects_other_loop(aio):
+    loop = aio.get_running_loop()
+    fut = loop.create_future()
+    other = aio.new_event_loop()
+    try:
+        return observe(aio.ensure_future, fut, loop=other)[:2]
+    finally:
+        other.close()
+        fut.cancel()
+
+
+@scenario
+async def current_task_outside_any_task_is_none(aio):
+    return await aio.to_thread(lambda: observe(aio.current_task)[:2])
+
+
+@scenario
+async def run_refuses_nested_call(aio):
+    async def inner():
+        pass
+    c = inner()
+    r = observe(aio.run, c)[:2]
+    c.close()
+    return r
+
+
+@scenario
+async def sleep_result_none_by_default(aio):
+    return await aio.sleep(0)
+
+
+@scenario
+async def many_timers_fire_in_deadline_order(aio):
+    loop = aio.get_running_loop()
+    order = []
+    done = loop.create_future()
+    for i in (5, 1, 4, 2, 3):
+        loop.call_later(0.01 * i, order.append, i)
+    loop.call_later(0.08, done.set_result, None)
+    await done
+    return order
