@@ -165,9 +165,11 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
             if executor is None:
                 if self._executor_shutdown_called:
                     raise RuntimeError("Executor shutdown has been called")
-                executor = concurrent.futures.ThreadPoolExecutor(
-                    thread_name_prefix="mt_asyncio")
-                self._default_executor = executor
+                # The runtime's blocking pool: threads on demand up to
+                # blocking_threadpool_size, retired after the idle TTL.
+                fut = self.create_future()
+                self._run_blocking(fut, func, args)
+                return fut
         return futures.wrap_future(executor.submit(func, *args), loop=self)
 
     def set_default_executor(self, executor):

@@ -14,6 +14,8 @@
 #include "pyext/src/py_ref.h"
 #include "pyext/src/runtime_holder.h"
 #include "runtime/runtime.h"
+#include "runtime/blocking/pool.h"
+#include <string>
 #include "runtime/time/entry.h"
 
 namespace mt::pyext {
@@ -697,6 +699,67 @@ PyObject* Loop_set_core_debug(PyObject* self, PyObject* flag) {
   Py_RETURN_NONE;
 }
 
+// run_in_executor(None, ...): func(*args) on the runtime's blocking pool,
+// its outcome delivered to `fut` (one of our thread-safe futures). The
+// pool's threads are not Python threads: each job attaches for its run.
+PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !PyObject_TypeCheck(args[0], FutureType()) ||
+      !PyTuple_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "_run_blocking(future, func, args_tuple)");
+    return nullptr;
+  }
+  PyObject* fut = Py_NewRef(args[0]);
+  PyObject* func = Py_NewRef(args[1]);
+  PyObject* fargs = Py_NewRef(args[2]);
+  auto release = [](PyObject* a, PyObject* b, PyObject* c) {
+    DecRefAnyThread(a);
+    DecRefAnyThread(b);
+    DecRefAnyThread(c);
+  };
+  absl::StatusOr<runtime::blocking::BlockingPool::Handle> handle =
+      StateOf(self)->runtime->blocking_pool().Spawn(
+          [fut, func, fargs, release]() {
+            if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+            PyGILState_STATE gil = PyGILState_Ensure();
+            auto* f = reinterpret_cast<FutureObject*>(fut);
+            if (!FutureIsDone(f)) {  // Cancelled before it started: skip.
+              PyObject* res = PyObject_Call(func, fargs, nullptr);
+              if (res != nullptr) {
+                if (FutureSetResult(f, res) < 0) PyErr_Clear();  // Lost a race.
+                Py_DECREF(res);
+              } else {
+                PyObject* exc = PyErr_GetRaisedException();
+                if (FutureSetException(f, exc) < 0) PyErr_Clear();
+                Py_DECREF(exc);
+              }
+            }
+            Py_DECREF(fargs);
+            Py_DECREF(func);
+            Py_DECREF(fut);
+            PyGILState_Release(gil);
+          },
+          [fut, func, fargs, release]() {
+            // Never started (the runtime shut down): the awaiting task must
+            // not wait forever.
+            if (Py_IsInitialized() && !Py_IsFinalizing()) {
+              PyGILState_STATE gil = PyGILState_Ensure();
+              if (FutureCancel(reinterpret_cast<FutureObject*>(fut), Py_None) < 0) {
+                PyErr_Clear();
+              }
+              PyGILState_Release(gil);
+            }
+            release(fargs, func, fut);
+          });
+  if (!handle.ok()) {
+    Py_DECREF(fargs);
+    Py_DECREF(func);
+    Py_DECREF(fut);
+    PyErr_SetString(PyExc_RuntimeError, std::string(handle.status().message()).c_str());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* Loop_all_tasks(PyObject* self, PyObject*) {
   PyObject* out = PySet_New(nullptr);
   if (out == nullptr) return nullptr;
@@ -781,6 +844,9 @@ PyMethodDef loop_methods[] = {
      "Refuse new work and cancel what never ran."},
     {"_set_core_debug", Loop_set_core_debug, METH_O,
      "Check callbacks when they are scheduled (debug mode)."},
+    {"_run_blocking",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Loop_run_blocking)),
+     METH_FASTCALL, "Run func(*args) on the runtime's blocking pool into a future."},
     {"_all_tasks", Loop_all_tasks, METH_NOARGS,
      "The loop's tasks that have not completed (a set)."},
     {"_deferred_count", Loop_deferred_count, METH_NOARGS,

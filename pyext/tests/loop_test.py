@@ -1,7 +1,7 @@
 """The parallel EventLoop end to end: running, timers, tasks, cancellation,
 contextvars, and proof that tasks step on several workers at once."""
 
-import asyncio
+import asyncio as stdlib_asyncio
 import contextvars
 import sys
 import sysconfig
@@ -11,6 +11,7 @@ import time
 import pytest
 
 import mt_asyncio
+import mt_asyncio.asyncio as asyncio
 from mt_asyncio import _core
 from mt_asyncio.base_events import EventLoop
 
@@ -56,7 +57,7 @@ def test_running_loop_and_current_task_inside_steps(loop):
 
     async def probe():
         seen["loop"] = asyncio.get_running_loop()
-        seen["stdlib_task"] = asyncio.current_task()
+        seen["stdlib_task"] = stdlib_asyncio.current_task()
         seen["our_task"] = _core._current_task()
         await asyncio.sleep(0)
         seen["after_yield"] = asyncio.current_task()
@@ -195,6 +196,30 @@ def test_awaiting_stdlib_and_concurrent_futures(loop):
     assert run(loop, main()) == ("ours", "from a thread")
 
 
+def test_default_executor_is_the_runtime_blocking_pool(loop):
+    before = mt_asyncio.runtime_info()["blocking"]["completed"]
+
+    async def main():
+        names = await asyncio.gather(*(
+            loop.run_in_executor(None, lambda: threading.current_thread().name)
+            for _ in range(8)))
+        with pytest.raises(ZeroDivisionError):
+            await loop.run_in_executor(None, lambda: 1 / 0)
+        return names
+
+    names = run(loop, main())
+    assert len(names) == 8
+    # The pool counts a job once it has returned, just after the future
+    # was completed: give the last one a moment.
+    deadline = time.monotonic() + WAIT
+    while (mt_asyncio.runtime_info()["blocking"]["completed"] < before + 9
+           and time.monotonic() < deadline):
+        time.sleep(0.001)
+    info = mt_asyncio.runtime_info()["blocking"]
+    assert info["completed"] >= before + 9
+    assert info["max_threads"] == 128
+
+
 def test_bad_yield_raises_inside_the_task(loop):
     class Bad:
         def __await__(self):
@@ -277,7 +302,7 @@ def test_stdlib_run_with_our_loop_factory():
         await asyncio.sleep(0.01)
         return type(asyncio.get_running_loop()).__name__
 
-    assert asyncio.run(main(), loop_factory=EventLoop) == "EventLoop"
+    assert stdlib_asyncio.run(main(), loop_factory=EventLoop) == "EventLoop"
 
 
 @pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded CPython build")
