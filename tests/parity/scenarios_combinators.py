@@ -253,14 +253,23 @@ async def timeout_at_past_deadline(aio):
 
 @scenario
 async def shield_protects_inner(aio):
-    inner = aio.create_task(_value(aio, "inner done", 0.02))
+    loop = aio.get_running_loop()
+    gate = loop.create_future()
+    started = loop.create_future()
+
+    async def inner_work():
+        await gate
+        return "inner done"
+    inner = aio.create_task(inner_work())
 
     async def outer():
+        started.set_result(None)
         return await aio.shield(inner)
     o = aio.create_task(outer())
-    await aio.sleep(0.005)
+    await started
     o.cancel()
     r = await aobserve(o)
+    gate.set_result(None)
     return [r[:2], await inner, inner.cancelled()]
 
 
