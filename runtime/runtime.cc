@@ -361,16 +361,7 @@ admin::RuntimeSnapshot Runtime::Snapshot() const {
                                               started))
                               .count();
   }
-  const blocking::BlockingPoolStats b = blocking_.Stats();
-  snap.blocking = admin::BlockingPoolSnapshot{
-      .threads = b.threads,
-      .idle = b.idle,
-      .running = b.running,
-      .queued = b.queued,
-      .max_threads = b.max_threads,
-      .completed = b.completed,
-      .cancelled = b.cancelled,
-  };
+  snap.blocking = blocking_.Stats();
   const std::int64_t threshold_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(
           config_.stall_threshold)

@@ -313,7 +313,7 @@ PyObject* Future_exception(PyObject* self, PyObject*) {
 }
 
 // The message stdlib's C Future uses.
-PyObject* InvalidStateForSet(PyObject*, FutureState) {
+PyObject* InvalidState() {
   PyErr_SetString(refs.invalid_state_error, "invalid state");
   return nullptr;
 }
@@ -338,7 +338,7 @@ PyObject* Future_set_result(PyObject* self, PyObject* result) {
     cbs = TakeCallbacksLocked(fut);
   }
   Py_END_CRITICAL_SECTION();
-  if (was != FutureState::kPending) return InvalidStateForSet(self, was);
+  if (was != FutureState::kPending) return InvalidState();
   if (ScheduleCallbacks(fut, cbs) < 0) return nullptr;
   Py_RETURN_NONE;
 }
@@ -346,7 +346,7 @@ PyObject* Future_set_result(PyObject* self, PyObject* result) {
 PyObject* Future_set_exception(PyObject* self, PyObject* exception) {
   FutureObject* fut = AsFuture(self);
   // Same order of checks as stdlib: state first, then the argument.
-  if (!IsPending(self)) return InvalidStateForSet(self, FutureState::kFinished);
+  if (!IsPending(self)) return InvalidState();
   PyObject* exc;
   if (PyExceptionClass_Check(exception)) {
     exc = PyObject_CallNoArgs(exception);
@@ -391,7 +391,7 @@ PyObject* Future_set_exception(PyObject* self, PyObject* exception) {
   Py_END_CRITICAL_SECTION();
   Py_XDECREF(exc);
   Py_XDECREF(tb);
-  if (was != FutureState::kPending) return InvalidStateForSet(self, was);
+  if (was != FutureState::kPending) return InvalidState();
   if (ScheduleCallbacks(fut, cbs) < 0) return nullptr;
   Py_RETURN_NONE;
 }
@@ -539,12 +539,16 @@ PyObject* Future_iter(PyObject* self);
 
 // --- attributes -------------------------------------------------------------------
 
-PyObject* Future_get_blocking(PyObject* self, void*) {
-  bool blocking;
+PyObject* GetFlag(PyObject* self, bool FutureObject::*flag) {
+  bool v;
   Py_BEGIN_CRITICAL_SECTION(self);
-  blocking = AsFuture(self)->blocking;
+  v = AsFuture(self)->*flag;
   Py_END_CRITICAL_SECTION();
-  return PyBool_FromLong(blocking);
+  return PyBool_FromLong(v);
+}
+
+PyObject* Future_get_blocking(PyObject* self, void*) {
+  return GetFlag(self, &FutureObject::blocking);
 }
 
 int Future_set_blocking(PyObject* self, PyObject* value, void*) {
@@ -561,11 +565,7 @@ int Future_set_blocking(PyObject* self, PyObject* value, void*) {
 }
 
 PyObject* Future_get_log_traceback(PyObject* self, void*) {
-  bool v;
-  Py_BEGIN_CRITICAL_SECTION(self);
-  v = AsFuture(self)->log_traceback;
-  Py_END_CRITICAL_SECTION();
-  return PyBool_FromLong(v);
+  return GetFlag(self, &FutureObject::log_traceback);
 }
 
 int Future_set_log_traceback(PyObject* self, PyObject* value, void*) {

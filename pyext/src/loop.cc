@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -13,9 +14,8 @@
 #include "pyext/src/future.h"
 #include "pyext/src/py_ref.h"
 #include "pyext/src/runtime_holder.h"
-#include "runtime/runtime.h"
 #include "runtime/blocking/pool.h"
-#include <string>
+#include "runtime/runtime.h"
 #include "runtime/time/entry.h"
 
 namespace mt::pyext {
@@ -718,7 +718,7 @@ PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t na
   };
   absl::StatusOr<runtime::blocking::BlockingPool::Handle> handle =
       StateOf(self)->runtime->blocking_pool().Spawn(
-          [fut, func, fargs, release]() {
+          [fut, func, fargs]() {
             if (!Py_IsInitialized() || Py_IsFinalizing()) return;
             PyGILState_STATE gil = PyGILState_Ensure();
             auto* f = reinterpret_cast<FutureObject*>(fut);

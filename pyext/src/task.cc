@@ -92,9 +92,11 @@ class TaskUnit final : public rt_task::Task {
 
 void WakeTask(PyObject* self) {
   TaskObject* t = AsTask(self);
+  PyObject* old_waiter;
   Py_BEGIN_CRITICAL_SECTION(self);
-  Py_CLEAR(t->fut_waiter);
+  old_waiter = std::exchange(t->fut_waiter, nullptr);
   Py_END_CRITICAL_SECTION();
+  Py_XDECREF(old_waiter);
   t->unit->Wake(rt_task::ScheduleKind::kWake);
 }
 
@@ -257,8 +259,11 @@ bool StepTask(PyObject* self) {
   PyObject* exc = nullptr;
   bool must_cancel = false;
   PyObject* msg = nullptr;
+  bool done;
+  PyObject* old_waiter;
   Py_BEGIN_CRITICAL_SECTION(self);
-  Py_CLEAR(t->fut_waiter);
+  done = t->base.state != FutureState::kPending;
+  old_waiter = std::exchange(t->fut_waiter, nullptr);
   exc = t->step_exc;
   t->step_exc = nullptr;
   if (t->must_cancel) {
@@ -267,7 +272,8 @@ bool StepTask(PyObject* self) {
     msg = Py_XNewRef(t->must_cancel_msg);
   }
   Py_END_CRITICAL_SECTION();
-  if (FutureIsDone(&t->base)) {
+  Py_XDECREF(old_waiter);  // Outside the section: a decref may run Python.
+  if (done) {
     Py_XDECREF(exc);
     Py_XDECREF(msg);
     return true;
@@ -372,11 +378,6 @@ bool StepTask(PyObject* self) {
 }
 
 // --- Python-visible methods -----------------------------------------------------
-
-PyObject* Task_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject* self = FutureType()->tp_new(type, args, kwargs);
-  return self;
-}
 
 int Task_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* kwlist[] = {"coro", "loop", "name", "context", "eager_start",
@@ -671,7 +672,6 @@ PyGetSetDef task_getset[] = {
 };
 
 PyType_Slot task_slots[] = {
-    {Py_tp_new, reinterpret_cast<void*>(Task_new)},
     {Py_tp_init, reinterpret_cast<void*>(Task_init)},
     {Py_tp_dealloc, reinterpret_cast<void*>(Task_dealloc)},
     {Py_tp_traverse, reinterpret_cast<void*>(Task_traverse)},

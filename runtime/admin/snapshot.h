@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/blocking/stats.h"
 #include "runtime/config.h"
 
 namespace mt::runtime::admin {
@@ -41,16 +42,6 @@ struct WorkerSnapshot {
   bool stalled = false;  // Running longer than the stall threshold.
 };
 
-struct BlockingPoolSnapshot {
-  std::size_t threads = 0;
-  std::size_t idle = 0;
-  std::size_t running = 0;
-  std::size_t queued = 0;
-  std::size_t max_threads = 0;
-  std::uint64_t completed = 0;
-  std::uint64_t cancelled = 0;
-};
-
 // A consistent-enough copy of the runtime's state: every field is read
 // without stopping a worker, so counters of different workers may be a few
 // units apart.
@@ -68,7 +59,7 @@ struct RuntimeSnapshot {
   std::uint64_t stalls_detected = 0;
   std::uint64_t dedicated_reactor_polls = 0;
   double uptime_seconds = 0;
-  BlockingPoolSnapshot blocking;
+  blocking::BlockingPoolStats blocking;
   std::vector<WorkerSnapshot> workers;
 };
 

@@ -15,6 +15,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "runtime/blocking/stats.h"
 
 namespace mt::runtime::blocking {
 
@@ -23,16 +24,6 @@ struct BlockingPoolOptions {
   // An idle thread retires after waiting this long for work.
   std::chrono::milliseconds idle_ttl{30'000};
   std::string thread_name_prefix = "mt-blocking";
-};
-
-struct BlockingPoolStats {
-  std::size_t threads = 0;
-  std::size_t idle = 0;
-  std::size_t running = 0;
-  std::size_t queued = 0;
-  std::size_t max_threads = 0;
-  std::uint64_t completed = 0;
-  std::uint64_t cancelled = 0;
 };
 
 // Threads for work that blocks (file I/O, getaddrinfo, run_in_executor).
