@@ -19,13 +19,9 @@ std::size_t Driver::Park(std::optional<Clock::duration> max_wait) {
   Clock::time_point now = Clock::now();
   std::optional<Clock::duration> wait = timers_.PrepareToSleep(now);
   if (max_wait && (!wait || *max_wait < *wait)) wait = max_wait;
-  int timeout_ms = -1;
-  if (wait) {
-    // Round up: waking a little late is fine, early means a wasted turn.
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(*wait);
-    timeout_ms = static_cast<int>((ns.count() + 999'999) / 1'000'000);
-  }
-  std::size_t dispatched = io_->Turn(timeout_ms);
+  std::optional<std::chrono::nanoseconds> timeout;
+  if (wait) timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(*wait);
+  std::size_t dispatched = io_->TurnFor(timeout);
   timers_.AwakeFromSleep();
   dispatched += timers_.ProcessExpired(Clock::now());
   return dispatched;

@@ -4,7 +4,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <ctime>
+#include <limits>
 #include <cstring>
 #include <utility>
 
@@ -340,6 +344,41 @@ void IoDriver::Dispatch(ScheduledIo* io, std::uint32_t generation,
 std::size_t IoDriver::Turn(int timeout_ms) {
   const int n = epoll_wait(epoll_fd_, events_.data(),
                            static_cast<int>(events_.size()), timeout_ms);
+  return DispatchEvents(n);
+}
+
+namespace {
+// epoll_pwait2 (Linux 5.11) takes a nanosecond timeout; without it a
+// sub-millisecond timer would sleep a whole extra millisecond.
+std::atomic<bool> have_epoll_pwait2{true};
+}  // namespace
+
+std::size_t IoDriver::TurnFor(std::optional<std::chrono::nanoseconds> timeout) {
+  if (have_epoll_pwait2.load(std::memory_order_relaxed)) {
+    timespec ts{};
+    if (timeout) {
+      const auto ns = std::max<std::int64_t>(timeout->count(), 0);
+      ts.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+      ts.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+    }
+    const int n = epoll_pwait2(epoll_fd_, events_.data(),
+                               static_cast<int>(events_.size()),
+                               timeout ? &ts : nullptr, nullptr);
+    if (n >= 0 || errno != ENOSYS) return DispatchEvents(n);
+    have_epoll_pwait2.store(false, std::memory_order_relaxed);
+  }
+  int timeout_ms = -1;
+  if (timeout) {
+    // Round up: waking a little late is fine, early means a wasted turn.
+    timeout_ms = static_cast<int>(
+        std::min<std::int64_t>((std::max<std::int64_t>(timeout->count(), 0) + 999'999) /
+                                   1'000'000,
+                               std::numeric_limits<int>::max()));
+  }
+  return Turn(timeout_ms);
+}
+
+std::size_t IoDriver::DispatchEvents(int n) {
   if (n <= 0) return 0;  // Timeout or EINTR: the caller re-evaluates.
   const std::uint32_t tick = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
   std::size_t dispatched = 0;

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,6 +63,9 @@ class IoDriver {
   // Waits up to `timeout_ms` (-1: forever) for events and dispatches them.
   // Returns the number of fd events dispatched. One thread at a time.
   std::size_t Turn(int timeout_ms);
+  // Turn with a nanosecond timeout (nullopt: until woken); uses
+  // epoll_pwait2 where the kernel has it, else rounds up to milliseconds.
+  std::size_t TurnFor(std::optional<std::chrono::nanoseconds> timeout);
   // Wakes a thread inside Turn. Async-signal-safe (one write(2)).
   void Wake();
 
@@ -70,6 +74,9 @@ class IoDriver {
   }
 
  private:
+  // Dispatches the first `n` entries of events_ (n <= 0: nothing).
+  std::size_t DispatchEvents(int n);
+
   friend class LevelCallback;
   static constexpr std::uint64_t kWakerToken = ~std::uint64_t{0};
   static constexpr std::size_t kChunkSize = 256;

@@ -4,9 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "runtime/testing/test_tasks.h"
@@ -51,6 +53,23 @@ TEST(IoDriverTest, RegisterRejectsBadAndDuplicateFds) {
   EXPECT_TRUE(driver->Deregister(*io).ok());
   EXPECT_EQ(driver->Deregister(*io).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(driver->registered(), 0u);
+}
+
+TEST(IoDriverTest, TurnForSleepsSubMillisecondTimeoutsWithoutRoundingUp) {
+  auto driver = NewDriver();
+  using Clock = std::chrono::steady_clock;
+  // The fastest of several turns: slow wakeups on a loaded machine must not
+  // fail the test, but a driver that rounds 300 us up to a whole
+  // millisecond never gets below it.
+  std::vector<Clock::duration> took;
+  for (int i = 0; i < 9; ++i) {
+    const auto start = Clock::now();
+    EXPECT_EQ(driver->TurnFor(std::chrono::microseconds(300)), 0u);
+    took.push_back(Clock::now() - start);
+    EXPECT_GE(took.back(), std::chrono::microseconds(300));  // Never early.
+  }
+  EXPECT_LT(*std::min_element(took.begin(), took.end()),
+            std::chrono::microseconds(950));
 }
 
 TEST(IoDriverTest, WaiterIsWokenOnceWhenReadable) {

@@ -20,7 +20,8 @@ class TimerEntry {
   TimerEntry(const TimerEntry&) = delete;
   TimerEntry& operator=(const TimerEntry&) = delete;
 
-  // Deadline in wheel ticks (milliseconds since the driver started).
+  // Deadline in wheel ticks (TimerDriver::kTickNs each, since the driver
+  // started).
   std::uint64_t deadline_tick() const { return deadline_tick_; }
 
  private:

@@ -5,26 +5,25 @@
 
 namespace mt::runtime::time {
 
-using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
 
 TimerDriver::TimerDriver(std::function<void()> unpark_driver)
     // Tick 0 is "not sleeping", so time starts at tick 1.
-    : start_(Clock::now() - milliseconds(1)),
+    : start_(Clock::now() - nanoseconds(kTickNs)),
       unpark_driver_(std::move(unpark_driver)) {}
 
 TimerDriver::~TimerDriver() { Shutdown(); }
 
 std::uint64_t TimerDriver::TickCeil(Clock::time_point t) const {
   if (t <= start_) return 0;
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      t - start_).count();
-  return static_cast<std::uint64_t>((ns + 999'999) / 1'000'000);
+  const auto ns = std::chrono::duration_cast<nanoseconds>(t - start_).count();
+  return static_cast<std::uint64_t>((ns + kTickNs - 1) / kTickNs);
 }
 
 std::uint64_t TimerDriver::TickFloor(Clock::time_point t) const {
   if (t <= start_) return 0;
   return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<milliseconds>(t - start_).count());
+      std::chrono::duration_cast<nanoseconds>(t - start_).count() / kTickNs);
 }
 
 void TimerDriver::Arm(TimerEntry* entry, Clock::time_point deadline,
@@ -74,7 +73,8 @@ std::optional<TimerDriver::Clock::duration> TimerDriver::PrepareToSleep(
     return std::nullopt;
   }
   sleeping_until_.store(*next, std::memory_order_relaxed);
-  const Clock::time_point at = start_ + milliseconds(*next);
+  const Clock::time_point at =
+      start_ + std::chrono::duration_cast<Clock::duration>(nanoseconds(*next * kTickNs));
   return at > now ? at - now : Clock::duration::zero();
 }
 

@@ -11,9 +11,9 @@
 
 namespace mt::runtime::time {
 
-// A hierarchical timing wheel with 1 ms ticks: six levels of 64 slots, so
-// level L slots span 64^L ms and the wheel reaches 64^6 ms (about 2.2
-// years; later deadlines are clamped). An entry sits in the level given by
+// A hierarchical timing wheel: seven levels of 64 slots, so level L slots
+// span 64^L ticks and the wheel reaches 64^7 ticks (at TimerDriver's
+// 100 us tick, about 14 years; later deadlines are clamped). An entry sits in the level given by
 // the highest bit in which its deadline differs from "now", so insert and
 // cancel are O(1); when time reaches a higher-level slot its entries
 // cascade down a level until they land in level 0 and fire.
@@ -21,7 +21,7 @@ namespace mt::runtime::time {
 // Not thread-safe: TimerDriver guards it with a mutex.
 class Wheel {
  public:
-  static constexpr int kLevels = 6;
+  static constexpr int kLevels = 7;
   static constexpr int kSlotBits = 6;
   static constexpr std::uint64_t kSlots = 1u << kSlotBits;
   static constexpr std::uint64_t kMaxDuration =
