@@ -50,8 +50,9 @@ from .queues import (  # noqa: F401
 from .runners import Runner, run  # noqa: F401
 from .taskgroups import TaskGroup  # noqa: F401
 from .tasks import (  # noqa: F401
-    Task, all_tasks, as_completed, create_task, current_task, ensure_future,
-    gather, run_coroutine_threadsafe, shield, sleep, wait, wait_for,
+    Task, all_tasks, as_completed, create_eager_task_factory, create_task,
+    current_task, eager_task_factory, ensure_future, gather,
+    run_coroutine_threadsafe, shield, sleep, wait, wait_for,
 )
 from .timeouts import Timeout, timeout, timeout_at  # noqa: F401
 
@@ -81,8 +82,7 @@ def _not_yet(name):
 
 # Not implemented for the parallel loop yet. Failing loudly beats handing
 # out stdlib versions that assume one thread or a selector loop.
-for _name in ("eager_task_factory", "create_eager_task_factory",
-              "open_connection", "start_server", "open_unix_connection",
+for _name in ("open_connection", "start_server", "open_unix_connection",
               "start_unix_server", "create_subprocess_exec",
               "create_subprocess_shell", "capture_call_graph",
               "format_call_graph", "print_call_graph",

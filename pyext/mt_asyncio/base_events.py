@@ -47,7 +47,6 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
         self._exception_handler = None
         self._debug = coroutines._is_debug_mode()
         self._set_core_debug(self._debug)
-        self._task_factory = None
         self._default_executor = None
         self._executor_shutdown_called = False
         self._asyncgens = weakref.WeakSet()
@@ -129,29 +128,8 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
     def create_future(self):
         return _core.Future(loop=self)
 
-    def create_task(self, coro, *, name=None, context=None, **kwargs):
-        self._check_closed()
-        if self._task_factory is not None:
-            if context is not None:
-                kwargs["context"] = context
-            task = self._task_factory(self, coro, **kwargs)
-            if name is not None:
-                task.set_name(name)
-            return task
-        eager_start = kwargs.pop("eager_start", None)
-        if kwargs:
-            raise TypeError(
-                f"create_task() got an unexpected keyword argument {next(iter(kwargs))!r}")
-        return _core.Task(coro, loop=self, name=name, context=context,
-                          eager_start=bool(eager_start))
-
-    def set_task_factory(self, factory):
-        if factory is not None and not callable(factory):
-            raise TypeError("task factory must be a callable or None")
-        self._task_factory = factory
-
-    def get_task_factory(self):
-        return self._task_factory
+    # create_task, set_task_factory and get_task_factory are the C++ core's
+    # (pyext/src/loop.cc): create_task is on every hot path.
 
     # --- executors -----------------------------------------------------------
 
@@ -231,8 +209,6 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
                 return
             closing = list(self._asyncgens)
             self._asyncgens.clear()
-        # One at a time: stdlib's gather is not safe with done callbacks
-        # running in parallel (its counter is a plain closure variable).
         for agen in closing:
             try:
                 await agen.aclose()

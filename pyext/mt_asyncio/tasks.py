@@ -17,7 +17,7 @@ from . import _core
 __all__ = [
     "Task", "create_task", "ensure_future", "current_task", "all_tasks",
     "gather", "wait", "wait_for", "shield", "sleep", "as_completed",
-    "run_coroutine_threadsafe",
+    "run_coroutine_threadsafe", "eager_task_factory", "create_eager_task_factory",
     "FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED",
 ]
 
@@ -79,93 +79,30 @@ async def _wrap_awaitable(awaitable):
     return await awaitable
 
 
-class _GatheringFuture(_core.Future):
-    """The future gather() returns: cancelling it cancels the children."""
-
-    def __init__(self, children, *, loop):
-        super().__init__(loop=loop)
-        self._children = children
-        self._cancel_requested = False
-
-    def cancel(self, msg=None):
-        if self.done():
-            return False
-        ret = False
-        for child in self._children:
-            if child.cancel(msg=msg):
-                ret = True
-        if ret:
-            # Children's cancellation reaches us through their callbacks;
-            # remember that it was asked for, so it propagates even if a
-            # child swallows it.
-            self._cancel_requested = True
-        return ret
+# gather() wraps coroutines itself; everything else goes through here.
+_core._set_gather_fallback(ensure_future)
 
 
-def gather(*coros_or_futures, return_exceptions=False):
-    """Run awaitables concurrently; the result is the list of their results
-    in argument order (see asyncio.gather for the cancellation rules)."""
-    if not coros_or_futures:
-        loop = events.get_event_loop()
-        outer = loop.create_future()
-        outer.set_result([])
-        return outer
+def create_eager_task_factory(custom_task_constructor):
+    """A task factory whose tasks run their first step inside create_task,
+    on the calling worker, when the loop is running there: a coroutine that
+    finishes without suspending never reaches a queue."""
 
-    arg_to_fut = {}
-    children = []
-    loop = None
-    for arg in coros_or_futures:
-        if arg not in arg_to_fut:
-            fut = ensure_future(arg, loop=loop)
-            if loop is None:
-                loop = futures._get_loop(fut)
-            if fut is not arg:
-                # Our own wrapper: nobody else will look at its exception.
-                fut._log_destroy_pending = False
-            arg_to_fut[arg] = fut
-        else:
-            fut = arg_to_fut[arg]
-        children.append(fut)
+    def factory(loop, coro, *, eager_start=True, **kwargs):
+        return custom_task_constructor(
+            coro, loop=loop, eager_start=eager_start, **kwargs)
 
-    outer = _GatheringFuture(children, loop=loop)
-    lock = threading.Lock()
-    state = {"finished": 0}
-    n_children = len(arg_to_fut)
+    return factory
 
-    def _done_callback(fut):
-        with lock:
-            state["finished"] += 1
-            all_finished = state["finished"] == n_children
-        if outer.done():
-            if not fut.cancelled():
-                fut.exception()  # Mark it retrieved.
-            return
-        if not return_exceptions:
-            if fut.cancelled():
-                _complete(outer.set_exception, fut._make_cancelled_error())
-                return
-            exc = fut.exception()
-            if exc is not None:
-                _complete(outer.set_exception, exc)
-                return
-        if all_finished:
-            results = []
-            for child in children:
-                if child.cancelled():
-                    res = child._make_cancelled_error()
-                else:
-                    res = child.exception()
-                    if res is None:
-                        res = child.result()
-                results.append(res)
-            if outer._cancel_requested:
-                _complete(outer.set_exception, fut._make_cancelled_error())
-            else:
-                _complete(outer.set_result, results)
 
-    for fut in arg_to_fut.values():
-        fut.add_done_callback(_done_callback)
-    return outer
+eager_task_factory = create_eager_task_factory(Task)
+
+
+# gather() is C++ (pyext/src/gather.cc): its children report through a
+# native done callback that tolerates finishing on several workers at once,
+# with no Python frame or loop round trip per child.
+_GatheringFuture = _core._GatheringFuture
+gather = _core.gather
 
 
 def _complete(setter, value):

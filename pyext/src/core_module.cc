@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "pyext/src/future.h"
+#include "pyext/src/gather.h"
 #include "pyext/src/loop.h"
 #include "pyext/src/task.h"
 #include "pyext/src/runtime_holder.h"
@@ -169,7 +170,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
 
   if (mt::pyext::RegisterFutureType(m.ptr()) < 0 ||
       mt::pyext::RegisterLoopTypes(m.ptr()) < 0 ||
-      mt::pyext::RegisterTaskType(m.ptr()) < 0) {
+      mt::pyext::RegisterTaskType(m.ptr()) < 0 ||
+      mt::pyext::RegisterGather(m.ptr()) < 0) {
     throw py::error_already_set();
   }
 

@@ -50,8 +50,8 @@ int ScheduleCallbacks(FutureObject* fut, std::vector<Callback>& cbs) {
   std::vector<Callback> python;
   python.reserve(cbs.size());
   for (Callback& cb : cbs) {
-    if (cb.ctx == nullptr) {
-      hooks.wake_task(cb.fn);
+    if (cb.native != nullptr) {
+      cb.native(cb.fn, fut);
       Py_DECREF(cb.fn);
     } else {
       python.push_back(cb);
@@ -162,7 +162,7 @@ int Future_traverse(PyObject* self, visitproc visit, void* arg) {
   if (fut->callbacks != nullptr) {
     for (const Callback& cb : *fut->callbacks) {
       Py_VISIT(cb.fn);
-      Py_VISIT(cb.ctx);  // Py_VISIT skips a null context (task wakers).
+      Py_VISIT(cb.ctx);  // Py_VISIT skips a null context (native callbacks).
     }
   }
   return 0;
@@ -478,7 +478,7 @@ PyObject* Future_remove_done_callback(PyObject* self, PyObject* fn) {
   Py_ssize_t removed = 0;
   int error = 0;
   for (Callback& cb : cbs) {
-    if (cb.ctx == nullptr) {  // A task waker is not the user's to remove.
+    if (cb.native != nullptr) {  // Wakers and gather()'s are not the user's.
       keep.push_back(cb);
       continue;
     }
@@ -639,7 +639,7 @@ PyObject* Future_get_callbacks(PyObject* self, void*) {
   Py_BEGIN_CRITICAL_SECTION(self);
   if (fut->callbacks != nullptr) {
     for (const Callback& cb : *fut->callbacks) {
-      copy.push_back(Callback{Py_NewRef(cb.fn), Py_NewRef(cb.ctx ? cb.ctx : Py_None)});
+      copy.push_back(Callback{Py_NewRef(cb.fn), Py_NewRef(cb.ctx ? cb.ctx : Py_None), nullptr});
     }
   }
   Py_END_CRITICAL_SECTION();
@@ -944,17 +944,60 @@ FutureHooks GetFutureHooks() { return hooks; }
 PyObject* CancelledErrorType() { return refs.cancelled_error; }
 PyObject* InvalidStateErrorType() { return refs.invalid_state_error; }
 
-int FutureAddWaker(FutureObject* fut, PyObject* task) {
+namespace {
+void WakeTaskCallback(PyObject* task, FutureObject*) { hooks.wake_task(task); }
+}  // namespace
+
+int FutureAddNativeCallback(FutureObject* fut, PyObject* owner, NativeCallback native) {
   bool done = false;
   Py_BEGIN_CRITICAL_SECTION(fut);
   if (fut->state != FutureState::kPending) {
     done = true;
   } else {
     if (fut->callbacks == nullptr) fut->callbacks = new std::vector<Callback>();
-    fut->callbacks->push_back(Callback{Py_NewRef(task), nullptr});
+    fut->callbacks->push_back(Callback{Py_NewRef(owner), nullptr, native});
   }
   Py_END_CRITICAL_SECTION();
   return done ? 1 : 0;
+}
+
+int FutureAddWaker(FutureObject* fut, PyObject* task) {
+  return FutureAddNativeCallback(fut, task, WakeTaskCallback);
+}
+
+int FutureGetOutcome(FutureObject* fut, bool* cancelled, PyObject** result,
+                     PyObject** exc) {
+  int rc = 0;
+  *cancelled = false;
+  *result = nullptr;
+  *exc = nullptr;
+  Py_BEGIN_CRITICAL_SECTION(fut);
+  switch (fut->state) {
+    case FutureState::kPending:
+      rc = -1;
+      break;
+    case FutureState::kCancelled:
+      *cancelled = true;
+      break;
+    case FutureState::kFinished:
+      if (fut->exception != nullptr) {
+        fut->log_traceback = false;
+        *exc = Py_NewRef(fut->exception);
+      } else {
+        *result = Py_NewRef(fut->result != nullptr ? fut->result : Py_None);
+      }
+      break;
+  }
+  Py_END_CRITICAL_SECTION();
+  return rc;
+}
+
+PyObject* FutureCancelMessage(FutureObject* fut) {
+  PyObject* msg;
+  Py_BEGIN_CRITICAL_SECTION(fut);
+  msg = Py_XNewRef(fut->cancel_msg);
+  Py_END_CRITICAL_SECTION();
+  return msg != nullptr ? msg : Py_NewRef(Py_None);
 }
 
 bool FutureIsDone(FutureObject* fut) {

@@ -17,10 +17,18 @@ namespace mt::pyext {
 // in registration order, each with the context it was registered with.
 enum class FutureState : unsigned char { kPending, kCancelled, kFinished };
 
+struct FutureObject;
+
+// A done callback that runs inline, on the thread that completes the
+// future, right after the future's lock is released: task wakeups and
+// gather()'s bookkeeping. It must not block; it receives `owner` (borrowed)
+// and the completed future.
+using NativeCallback = void (*)(PyObject* owner, FutureObject* fut);
+
 struct Callback {
-  PyObject* fn;   // Strong.
-  PyObject* ctx;  // Strong contextvars.Context; nullptr marks a task waker:
-                  // `fn` is a Task to wake directly, no loop call involved.
+  PyObject* fn;   // Strong: the Python callable, or a native callback's owner.
+  PyObject* ctx;  // Strong contextvars.Context; nullptr for a native callback.
+  NativeCallback native = nullptr;  // Set exactly when ctx is nullptr.
 };
 
 struct FutureObject {
@@ -57,6 +65,18 @@ FutureHooks GetFutureHooks();
 // Registers `task` to be woken when `fut` is done. Returns 1 if it is done
 // already (nothing registered), 0 when registered, -1 on error.
 int FutureAddWaker(FutureObject* fut, PyObject* task);
+// Registers `native(owner, fut)` to run when `fut` is done. Returns 1 if it
+// is done already (nothing registered: call it yourself), 0 when
+// registered.
+int FutureAddNativeCallback(FutureObject* fut, PyObject* owner, NativeCallback native);
+// The outcome of a done future, as result()/exception() would see it,
+// without raising: *cancelled is set, or else *exc (new reference, marked
+// retrieved) or *result (new reference). 0, or -1 if it is still pending.
+int FutureGetOutcome(FutureObject* fut, bool* cancelled, PyObject** result,
+                     PyObject** exc);
+// The message a cancelled future was cancelled with (new reference; None
+// if none).
+PyObject* FutureCancelMessage(FutureObject* fut);
 bool FutureIsDone(FutureObject* fut);
 // Completes a pending future; false if it was not pending (no error set).
 // -1 on error.

@@ -7,13 +7,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "pyext/src/future.h"
 #include "pyext/src/py_ref.h"
 #include "pyext/src/runtime_holder.h"
+#include "pyext/src/task.h"
 #include "runtime/blocking/pool.h"
 #include "runtime/runtime.h"
 #include "runtime/time/entry.h"
@@ -38,14 +38,17 @@ struct LoopState {
   // Debug mode: callbacks are checked when scheduled (stdlib does the same
   // only in debug mode; otherwise a bad callback fails when it runs).
   std::atomic<bool> debug{false};
-  // Pending tasks, for all_tasks(): sharded by address so task creation
-  // and completion on many workers rarely meet on one mutex. Entries are
-  // borrowed: a task is registered from creation until it completes (or is
-  // dropped unrun), and all that time its step unit holds it alive.
+  std::atomic<bool> closed_flag{false};  // Mirrors `closed`, read lock-free.
+  // Pending tasks, for all_tasks(): intrusive lists (no allocation, no
+  // hashing) sharded by address so task creation and completion on many
+  // workers rarely meet on one mutex. Entries are borrowed: a task is
+  // registered from creation until it completes (or is dropped unrun), and
+  // all that time its step unit holds it alive.
   static constexpr std::size_t kTaskShards = 16;
   struct alignas(64) TaskShard {
+    TaskShard() { head.prev = head.next = &head; }
     std::mutex mu;
-    std::unordered_set<PyObject*> tasks;
+    TaskLink head;  // Circular list sentinel.
   };
   TaskShard task_shards[kTaskShards];
   TaskShard& ShardFor(PyObject* task) {
@@ -58,7 +61,13 @@ struct LoopObject {
   PyObject_HEAD
   LoopState* st;
   PyObject* weakreflist;
+  PyObject* task_factory;  // Strong, or nullptr for the default.
 };
+
+// Loop.create_task as the type defines it: a subclass that overrides
+// create_task must be called through Python.
+PyObject* create_task_descr = nullptr;
+PyObject* str_create_task = nullptr;
 
 PyTypeObject* loop_type = nullptr;
 PyTypeObject* handle_type = nullptr;
@@ -672,6 +681,7 @@ PyObject* Loop_close_core(PyObject* self, PyObject*) {
       return nullptr;
     }
     st->closed = true;
+    st->closed_flag.store(true, std::memory_order_release);
     dropped.swap(st->deferred);
   }
   // Work that never got to run: its cancel path releases what it holds.
@@ -768,8 +778,9 @@ PyObject* Loop_all_tasks(PyObject* self, PyObject*) {
     std::vector<PyObject*> snapshot;
     {
       std::lock_guard<std::mutex> lock(shard.mu);
-      snapshot.reserve(shard.tasks.size());
-      for (PyObject* t : shard.tasks) snapshot.push_back(Py_NewRef(t));
+      for (TaskLink* l = shard.head.next; l != &shard.head; l = l->next) {
+        snapshot.push_back(Py_NewRef(l->owner));
+      }
     }
     int error = 0;
     for (PyObject* t : snapshot) {
@@ -808,6 +819,7 @@ void Loop_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
   auto* loop = reinterpret_cast<LoopObject*>(self);
   if (loop->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
+  Py_CLEAR(loop->task_factory);
   if (loop->st != nullptr) {
     // Deferred units hold a reference to this loop, so none is left here.
     delete loop->st;
@@ -819,7 +831,95 @@ void Loop_dealloc(PyObject* self) {
 
 int Loop_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
+  Py_VISIT(reinterpret_cast<LoopObject*>(self)->task_factory);
   return 0;
+}
+
+int Loop_clear(PyObject* self) {
+  Py_CLEAR(reinterpret_cast<LoopObject*>(self)->task_factory);
+  return 0;
+}
+
+PyObject* CheckedTaskFactory(PyObject* self) {
+  PyObject* f;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  f = Py_XNewRef(reinterpret_cast<LoopObject*>(self)->task_factory);
+  Py_END_CRITICAL_SECTION();
+  return f;
+}
+
+// create_task(coro, *, name=None, context=None, eager_start=None, **kwargs):
+// the task factory gets every keyword as given (3.14 rules); without one,
+// our Task is built directly.
+PyObject* Loop_create_task(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                           PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs != 1) {
+    PyErr_Format(PyExc_TypeError,
+                 "create_task() takes exactly 1 positional argument (%zd given)", nargs);
+    return nullptr;
+  }
+  if (StateOf(self)->closed_flag.load(std::memory_order_acquire)) {
+    PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+    return nullptr;
+  }
+  PyObject* factory = CheckedTaskFactory(self);
+  if (factory != nullptr) {
+    const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+    std::vector<PyObject*> call_args(2 + nkw);
+    call_args[0] = self;
+    call_args[1] = args[0];
+    for (Py_ssize_t i = 0; i < nkw; ++i) call_args[2 + i] = args[1 + i];
+    PyObject* task = PyObject_Vectorcall(factory, call_args.data(), 2, kwnames);
+    Py_DECREF(factory);
+    return task;
+  }
+  PyObject* name = Py_None;
+  PyObject* context = Py_None;
+  int eager = 0;
+  if (kwnames != nullptr) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
+      PyObject* key = PyTuple_GET_ITEM(kwnames, i);
+      PyObject* value = args[nargs + i];
+      if (PyUnicode_CompareWithASCIIString(key, "name") == 0) {
+        name = value;
+      } else if (PyUnicode_CompareWithASCIIString(key, "context") == 0) {
+        context = value;
+      } else if (PyUnicode_CompareWithASCIIString(key, "eager_start") == 0) {
+        eager = PyObject_IsTrue(value);
+        if (eager < 0) return nullptr;
+      } else {
+        PyErr_Format(PyExc_TypeError,
+                     "create_task() got an unexpected keyword argument '%U'", key);
+        return nullptr;
+      }
+    }
+  }
+  return TaskCreate(self, args[0], name, context, eager != 0);
+}
+
+PyObject* Loop_set_task_factory(PyObject* self, PyObject* factory) {
+  if (factory != Py_None && !PyCallable_Check(factory)) {
+    PyErr_SetString(PyExc_TypeError, "task factory must be a callable or None");
+    return nullptr;
+  }
+  PyObject* old;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  auto* loop = reinterpret_cast<LoopObject*>(self);
+  old = loop->task_factory;
+  loop->task_factory = factory == Py_None ? nullptr : Py_NewRef(factory);
+  Py_END_CRITICAL_SECTION();
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
+}
+
+PyObject* Loop_get_task_factory(PyObject* self, PyObject*) {
+  PyObject* f = CheckedTaskFactory(self);
+  return f != nullptr ? f : Py_NewRef(Py_None);
+}
+
+PyObject* Loop_get_task_factory_attr(PyObject* self, void*) {
+  return Loop_get_task_factory(self, nullptr);
 }
 
 #define FASTCALL_KW(fn) \
@@ -847,11 +947,22 @@ PyMethodDef loop_methods[] = {
     {"_run_blocking",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Loop_run_blocking)),
      METH_FASTCALL, "Run func(*args) on the runtime's blocking pool into a future."},
+    {"create_task", FASTCALL_KW(Loop_create_task), METH_FASTCALL | METH_KEYWORDS,
+     "Wrap a coroutine in a Task scheduled on this loop."},
+    {"set_task_factory", Loop_set_task_factory, METH_O,
+     "Use factory(loop, coro, **kwargs) for create_task (None: the default)."},
+    {"get_task_factory", Loop_get_task_factory, METH_NOARGS,
+     "The task factory, or None."},
     {"_all_tasks", Loop_all_tasks, METH_NOARGS,
      "The loop's tasks that have not completed (a set)."},
     {"_deferred_count", Loop_deferred_count, METH_NOARGS,
      "Units waiting for the loop to run (tests, debugging)."},
     {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef loop_getset[] = {
+    {"_task_factory", Loop_get_task_factory_attr, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
 PyMemberDef loop_members[] = {
@@ -864,8 +975,10 @@ PyType_Slot loop_slots[] = {
     {Py_tp_new, reinterpret_cast<void*>(Loop_new)},
     {Py_tp_dealloc, reinterpret_cast<void*>(Loop_dealloc)},
     {Py_tp_traverse, reinterpret_cast<void*>(Loop_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Loop_clear)},
     {Py_tp_methods, loop_methods},
     {Py_tp_members, loop_members},
+    {Py_tp_getset, loop_getset},
     {0, nullptr},
 };
 
@@ -897,16 +1010,46 @@ void LoopWake(PyObject* loop, task::Task* unit) {
   unit->Wake();
 }
 
-void LoopRegisterTask(PyObject* loop, PyObject* task) {
+void LoopRegisterTask(PyObject* loop, PyObject* task, TaskLink* link) {
   auto& shard = StateOf(loop)->ShardFor(task);
+  link->owner = task;
   std::lock_guard<std::mutex> lock(shard.mu);
-  shard.tasks.insert(task);
+  link->prev = shard.head.prev;
+  link->next = &shard.head;
+  shard.head.prev->next = link;
+  shard.head.prev = link;
 }
 
-void LoopUnregisterTask(PyObject* loop, PyObject* task) {
+void LoopUnregisterTask(PyObject* loop, PyObject* task, TaskLink* link) {
   auto& shard = StateOf(loop)->ShardFor(task);
   std::lock_guard<std::mutex> lock(shard.mu);
-  shard.tasks.erase(task);
+  if (link->next == nullptr) return;  // Not registered.
+  link->prev->next = link->next;
+  link->next->prev = link->prev;
+  link->prev = link->next = nullptr;
+}
+
+PyObject* LoopCreateTask(PyObject* loop, PyObject* coro) {
+  PyObject* method = PyObject_GetAttr(reinterpret_cast<PyObject*>(Py_TYPE(loop)),
+                                      str_create_task);
+  if (method == nullptr) return nullptr;
+  const bool ours = method == create_task_descr;
+  Py_DECREF(method);
+  if (!ours) return PyObject_CallMethodOneArg(loop, str_create_task, coro);
+  PyObject* arg[] = {coro};
+  return Loop_create_task(loop, arg, 1, nullptr);
+}
+
+bool LoopStartEagerly(PyObject* loop, task::Task* unit) {
+  LoopState* st = StateOf(loop);
+  if (!LoopRunsOnThisThread(loop)) return false;
+  unit->set_executor(st->runtime->executor());
+  // Claim the unit as if a worker had taken it off a queue, then run its
+  // first step here; a wake during the step requeues it as usual.
+  if (unit->state().TransitionToScheduled() == task::State::WakeAction::kSubmit) {
+    task::RunTask(unit);
+  }
+  return true;
 }
 
 bool LoopDeferIfStopped(PyObject* loop, task::Task* unit) {
@@ -922,6 +1065,11 @@ bool LoopDeferIfStopped(PyObject* loop, task::Task* unit) {
 namespace {
 thread_local PyObject* worker_running_loop = nullptr;  // Identity only.
 }  // namespace
+
+bool LoopRunsOnThisThread(PyObject* loop) {
+  return worker_running_loop == loop &&
+         StateOf(loop)->running_flag.load(std::memory_order_acquire);
+}
 
 int LoopEnterOnWorker(PyObject* loop) {
   if (worker_running_loop == loop) return 0;
@@ -987,6 +1135,10 @@ int RegisterLoopTypes(PyObject* module) {
   loop_type = reinterpret_cast<PyTypeObject*>(
       PyType_FromModuleAndSpec(module, &loop_spec, nullptr));
   if (loop_type == nullptr) return -1;
+  str_create_task = PyUnicode_InternFromString("create_task");
+  create_task_descr = PyObject_GetAttr(reinterpret_cast<PyObject*>(loop_type),
+                                       str_create_task);
+  if (create_task_descr == nullptr) return -1;
   handle_type = reinterpret_cast<PyTypeObject*>(
       PyType_FromModuleAndSpec(module, &handle_spec, nullptr));
   if (handle_type == nullptr) return -1;

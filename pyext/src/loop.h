@@ -26,10 +26,30 @@ bool IsLoop(PyObject* obj);
 // runnable: woken now if the loop runs, else deferred until it does.
 void LoopWake(PyObject* loop, runtime::task::Task* unit);
 
-// The loop's registry of pending tasks (all_tasks). A task is registered
-// while its step unit holds it alive.
-void LoopRegisterTask(PyObject* loop, PyObject* task);
-void LoopUnregisterTask(PyObject* loop, PyObject* task);
+// The loop's registry of pending tasks (all_tasks): an intrusive list
+// node embedded in each task. A task is registered while its step unit
+// holds it alive; unregistering twice is harmless.
+struct TaskLink {
+  TaskLink* prev = nullptr;
+  TaskLink* next = nullptr;
+  PyObject* owner = nullptr;  // Borrowed.
+};
+void LoopRegisterTask(PyObject* loop, PyObject* task, TaskLink* link);
+void LoopUnregisterTask(PyObject* loop, PyObject* task, TaskLink* link);
+
+// loop.create_task(coro), without a Python call when the loop's type does
+// not override create_task. New reference, or nullptr with an error.
+PyObject* LoopCreateTask(PyObject* loop, PyObject* coro);
+
+// Eager start: if `loop` is running on this thread, claims `unit` (idle,
+// never scheduled) and runs its first step right here, then returns true;
+// a step that does not finish the task leaves it scheduled or waiting as
+// usual. Returns false (nothing done) when the loop runs elsewhere or not
+// at all.
+bool LoopStartEagerly(PyObject* loop, runtime::task::Task* unit);
+
+// True if this thread is one of `loop`'s workers inside a step or callback.
+bool LoopRunsOnThisThread(PyObject* loop);
 
 // Called from a unit's Poll: if the loop is not running, parks the unit in
 // the deferred list (it returns "not finished" and is woken when the loop

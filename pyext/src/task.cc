@@ -28,6 +28,7 @@ struct TaskObject {
   int num_cancels_requested;
   std::uint64_t number;
   TaskUnit* unit;  // One reference; the unit steps this task.
+  TaskLink registry_link;  // In the loop's all_tasks registry.
 };
 
 PyTypeObject* task_type = nullptr;
@@ -35,6 +36,7 @@ std::atomic<std::uint64_t> task_counter{0};
 
 PyObject* enter_task = nullptr;  // _asyncio._enter_task
 PyObject* leave_task = nullptr;  // _asyncio._leave_task
+PyObject* swap_current_task = nullptr;  // _asyncio._swap_current_task
 PyObject* task_repr = nullptr;   // asyncio.base_tasks._task_repr
 PyObject* task_get_stack = nullptr;
 PyObject* task_print_stack = nullptr;
@@ -52,6 +54,11 @@ thread_local PyObject* current_task = nullptr;
 
 TaskObject* AsTask(PyObject* o) { return reinterpret_cast<TaskObject*>(o); }
 PyObject* AsObj(TaskObject* t) { return reinterpret_cast<PyObject*>(t); }
+
+void Unregister(PyObject* task) {
+  TaskObject* t = AsTask(task);
+  LoopUnregisterTask(t->base.loop, task, &t->registry_link);
+}
 
 bool StepTask(PyObject* self);
 
@@ -74,14 +81,14 @@ class TaskUnit final : public rt_task::Task {
     }
     if (!StepTask(task_)) return false;
     PyObject* task = std::exchange(task_, nullptr);
-    LoopUnregisterTask(loop_, task);
+    Unregister(task);
     Py_DECREF(task);
     return true;
   }
   void OnCancel() override {
     // The runtime or a closed loop dropped the step unrun.
     PyObject* task = std::exchange(task_, nullptr);
-    if (task != nullptr) LoopUnregisterTask(loop_, task);
+    if (task != nullptr) Unregister(task);
     DecRefAnyThread(task);
   }
 
@@ -295,11 +302,15 @@ bool StepTask(PyObject* self) {
     Py_DECREF(err);
     return true;
   }
+  // A step nested in another task's step (an eager start) swaps asyncio's
+  // notion of the current task; a step of its own enters and leaves.
+  PyObject* prev_task = current_task;
+  const bool nested = prev_task != nullptr;
   PyObject* enter_args[] = {loop, self};
-  PyObject* entered = PyObject_Vectorcall(enter_task, enter_args, 2, nullptr);
+  PyObject* entered =
+      PyObject_Vectorcall(nested ? swap_current_task : enter_task, enter_args, 2, nullptr);
   if (entered == nullptr) PyErr_WriteUnraisable(self);
   Py_XDECREF(entered);
-  PyObject* prev_task = current_task;
   current_task = self;
 
   PyObject* result = nullptr;
@@ -323,7 +334,13 @@ bool StepTask(PyObject* self) {
   PyObject* step_error = status == PYGEN_ERROR ? PyErr_GetRaisedException() : nullptr;
 
   current_task = prev_task;
-  PyObject* left = PyObject_Vectorcall(leave_task, enter_args, 2, nullptr);
+  PyObject* left;
+  if (nested) {
+    PyObject* swap_back[] = {loop, prev_task};
+    left = PyObject_Vectorcall(swap_current_task, swap_back, 2, nullptr);
+  } else {
+    left = PyObject_Vectorcall(leave_task, enter_args, 2, nullptr);
+  }
   if (left == nullptr) PyErr_WriteUnraisable(self);
   Py_XDECREF(left);
   if (PyContext_Exit(t->context) < 0) PyErr_WriteUnraisable(self);
@@ -379,19 +396,10 @@ bool StepTask(PyObject* self) {
 
 // --- Python-visible methods -----------------------------------------------------
 
-int Task_init(PyObject* self, PyObject* args, PyObject* kwargs) {
-  static const char* kwlist[] = {"coro", "loop", "name", "context", "eager_start",
-                                 nullptr};
-  PyObject* coro;
-  PyObject* loop = Py_None;
-  PyObject* name = Py_None;
-  PyObject* context = Py_None;
-  int eager_start = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOp:Task",
-                                   const_cast<char**>(kwlist), &coro, &loop,
-                                   &name, &context, &eager_start)) {
-    return -1;
-  }
+// Initializes a freshly allocated task and schedules (or eagerly starts)
+// its first step. 0, or -1 with an error.
+int TaskInitialize(PyObject* self, PyObject* coro, PyObject* loop, PyObject* name,
+                   PyObject* context, bool eager_start) {
   TaskObject* t = AsTask(self);
   if (t->unit != nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "Task is already initialized");
@@ -427,11 +435,34 @@ int Task_init(PyObject* self, PyObject* args, PyObject* kwargs) {
     t->name = PyObject_Str(name);
     if (t->name == nullptr) return -1;
   }
-  (void)eager_start;  // Eager start is not implemented yet: runs lazily.
   t->unit = new TaskUnit(resolved, self);
-  LoopRegisterTask(resolved, self);
+  LoopRegisterTask(resolved, self, &t->registry_link);
+  if (eager_start && LoopStartEagerly(resolved, t->unit)) {
+    // Done in its first step: nothing will step it again (stdlib drops
+    // the coroutine here too).
+    if (FutureIsDone(&t->base)) Py_CLEAR(t->coro);
+    return 0;
+  }
   LoopWake(resolved, t->unit);
   return 0;
+}
+
+int Task_init(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"coro", "loop", "name", "context", "eager_start",
+                                 nullptr};
+  PyObject* coro;
+  PyObject* loop = Py_None;
+  PyObject* name = Py_None;
+  PyObject* context = Py_None;
+  PyObject* eager_start = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOO:Task",
+                                   const_cast<char**>(kwlist), &coro, &loop,
+                                   &name, &context, &eager_start)) {
+    return -1;
+  }
+  const int eager = PyObject_IsTrue(eager_start);
+  if (eager < 0) return -1;
+  return TaskInitialize(self, coro, loop, name, context, eager != 0);
 }
 
 int Task_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -705,6 +736,17 @@ PyMethodDef module_functions[] = {
 
 PyObject* CurrentTask() { return current_task; }
 
+PyObject* TaskCreate(PyObject* loop, PyObject* coro, PyObject* name, PyObject* context,
+                     bool eager_start) {
+  PyObject* self = task_type->tp_alloc(task_type, 0);
+  if (self == nullptr) return nullptr;
+  if (TaskInitialize(self, coro, loop, name, context, eager_start) < 0) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  return self;
+}
+
 int RegisterTaskType(PyObject* module) {
   PyObject* asyncio_c = PyImport_ImportModule("_asyncio");
   PyObject* base_tasks = PyImport_ImportModule("asyncio.base_tasks");
@@ -720,6 +762,7 @@ int RegisterTaskType(PyObject* module) {
   }
   enter_task = PyObject_GetAttrString(asyncio_c, "_enter_task");
   leave_task = PyObject_GetAttrString(asyncio_c, "_leave_task");
+  swap_current_task = PyObject_GetAttrString(asyncio_c, "_swap_current_task");
   task_repr = PyObject_GetAttrString(base_tasks, "_task_repr");
   task_get_stack = PyObject_GetAttrString(base_tasks, "_task_get_stack");
   task_print_stack = PyObject_GetAttrString(base_tasks, "_task_print_stack");
@@ -736,7 +779,7 @@ int RegisterTaskType(PyObject* module) {
   str_blocking = PyUnicode_InternFromString("_asyncio_future_blocking");
   str_context = PyUnicode_InternFromString("context");
   kwnames_context = PyTuple_Pack(1, str_context);
-  if (!enter_task || !leave_task || !task_repr || !task_get_stack ||
+  if (!enter_task || !leave_task || !swap_current_task || !task_repr || !task_get_stack ||
       !task_print_stack || !get_event_loop || !iscoroutine || !kwnames_context) {
     return -1;
   }

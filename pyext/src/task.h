@@ -17,6 +17,12 @@ int RegisterTaskType(PyObject* module);
 // The task being stepped on this thread, or nullptr (borrowed).
 PyObject* CurrentTask();
 
+// A new mt_asyncio Task for `coro` on `loop` (an mt_asyncio loop), as
+// Task(coro, loop=loop, name=name, context=context, eager_start=...) would
+// build it, without argument parsing. New reference, or nullptr.
+PyObject* TaskCreate(PyObject* loop, PyObject* coro, PyObject* name, PyObject* context,
+                     bool eager_start);
+
 }  // namespace mt::pyext
 
 #endif  // MT_PYEXT_SRC_TASK_H_

@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import scenarios_combinators  # noqa: E402,F401 - registers scenarios.
 import scenarios_core  # noqa: E402,F401
+import scenarios_eager  # noqa: E402,F401
 import scenarios_groups  # noqa: E402,F401
 import scenarios_locks  # noqa: E402,F401
 import scenarios_more  # noqa: E402,F401

@@ -1,0 +1,497 @@
+#include "pyext/src/gather.h"
+
+#include <atomic>
+#include <vector>
+
+#include "pyext/src/future.h"
+#include "pyext/src/loop.h"
+
+namespace mt::pyext {
+namespace {
+
+// gather()'s outer future. Its children report to it through a native done
+// callback that runs on whichever worker completes them, so the count of
+// children still running is atomic and the last one to finish builds the
+// result list; completing the outer future tolerates losing a race to a
+// concurrent cancel or to a sibling's exception.
+struct GatheringFutureObject {
+  FutureObject base;
+  PyObject* children;  // list, in argument order (duplicates repeated).
+  std::atomic<Py_ssize_t> remaining;  // Distinct children not yet done.
+  std::atomic<bool> cancel_requested;
+  bool return_exceptions;
+};
+
+PyTypeObject* gathering_future_type = nullptr;
+PyObject* get_event_loop = nullptr;     // asyncio.events.get_event_loop
+PyObject* get_running_loop = nullptr;   // asyncio.events._get_running_loop
+PyObject* ensure_future = nullptr;      // mt_asyncio.tasks.ensure_future
+PyObject* str_log_destroy_pending = nullptr;
+PyObject* str_cancel = nullptr;
+PyObject* str_msg = nullptr;
+PyObject* kwnames_msg = nullptr;
+PyObject* kwnames_loop = nullptr;
+
+GatheringFutureObject* AsGathering(PyObject* o) {
+  return reinterpret_cast<GatheringFutureObject*>(o);
+}
+
+bool IsOurFuture(PyObject* o) { return PyObject_TypeCheck(o, FutureType()); }
+
+// Completes `outer` unless it is done already (a lost race is not an error).
+void Complete(PyObject* outer, PyObject* result, PyObject* exc) {
+  auto* fut = reinterpret_cast<FutureObject*>(outer);
+  const int rc = exc != nullptr ? FutureSetException(fut, exc) : FutureSetResult(fut, result);
+  if (rc < 0) {
+    if (PyErr_ExceptionMatches(InvalidStateErrorType())) {
+      PyErr_Clear();
+    } else {
+      PyErr_WriteUnraisable(outer);
+    }
+  }
+}
+
+// A child's outcome without raising: cancelled, or its exception (marked
+// retrieved), or its result. Works for foreign futures through their
+// methods. 0, or -1 with an error.
+int ChildOutcome(PyObject* child, bool* cancelled, PyObject** result, PyObject** exc) {
+  if (IsOurFuture(child)) {
+    if (FutureGetOutcome(reinterpret_cast<FutureObject*>(child), cancelled, result,
+                         exc) < 0) {
+      PyErr_SetString(InvalidStateErrorType(), "Result is not ready.");
+      return -1;
+    }
+    return 0;
+  }
+  *result = *exc = nullptr;
+  PyObject* c = PyObject_CallMethod(child, "cancelled", nullptr);
+  if (c == nullptr) return -1;
+  const int is_cancelled = PyObject_IsTrue(c);
+  Py_DECREF(c);
+  if (is_cancelled < 0) return -1;
+  *cancelled = is_cancelled != 0;
+  if (*cancelled) return 0;
+  PyObject* e = PyObject_CallMethod(child, "exception", nullptr);
+  if (e == nullptr) return -1;
+  if (e != Py_None) {
+    *exc = e;
+    return 0;
+  }
+  Py_DECREF(e);
+  *result = PyObject_CallMethod(child, "result", nullptr);
+  return *result != nullptr ? 0 : -1;
+}
+
+PyObject* ChildCancelledError(PyObject* child) {
+  if (IsOurFuture(child)) {
+    return FutureMakeCancelledError(reinterpret_cast<FutureObject*>(child));
+  }
+  return PyObject_CallMethod(child, "_make_cancelled_error", nullptr);
+}
+
+// The entry for a cancelled child in a return_exceptions result list: a
+// fresh CancelledError with the cancel message ('' if none), as stdlib.
+PyObject* CancelledEntry(PyObject* child) {
+  PyObject* msg = IsOurFuture(child)
+                      ? FutureCancelMessage(reinterpret_cast<FutureObject*>(child))
+                      : PyObject_GetAttrString(child, "_cancel_message");
+  if (msg == nullptr) return nullptr;
+  PyObject* entry;
+  if (msg == Py_None) {
+    PyObject* empty = PyUnicode_FromString("");
+    entry = empty != nullptr ? PyObject_CallOneArg(CancelledErrorType(), empty) : nullptr;
+    Py_XDECREF(empty);
+  } else {
+    entry = PyObject_CallOneArg(CancelledErrorType(), msg);
+  }
+  Py_DECREF(msg);
+  return entry;
+}
+
+PyObject* BuildResults(GatheringFutureObject* g) {
+  const Py_ssize_t n = PyList_GET_SIZE(g->children);
+  PyObject* results = PyList_New(n);
+  if (results == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* child = PyList_GET_ITEM(g->children, i);
+    bool cancelled;
+    PyObject* res;
+    PyObject* exc;
+    if (ChildOutcome(child, &cancelled, &res, &exc) < 0) {
+      Py_DECREF(results);
+      return nullptr;
+    }
+    PyObject* entry = cancelled ? CancelledEntry(child) : exc != nullptr ? exc : res;
+    if (entry == nullptr) {
+      Py_DECREF(results);
+      return nullptr;
+    }
+    PyList_SET_ITEM(results, i, entry);
+  }
+  return results;
+}
+
+// A child is done: stdlib's _done_callback, safe when siblings finish on
+// other workers at the same moment.
+void ChildDone(PyObject* outer, PyObject* child) {
+  GatheringFutureObject* g = AsGathering(outer);
+  const bool last = g->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1;
+  bool cancelled;
+  PyObject* res;
+  PyObject* exc;
+  if (ChildOutcome(child, &cancelled, &res, &exc) < 0) {
+    PyErr_WriteUnraisable(outer);
+    return;
+  }
+  Py_XDECREF(res);
+  if (FutureIsDone(&g->base)) {
+    Py_XDECREF(exc);  // Looked at, so never reported as unretrieved.
+    return;
+  }
+  if (!g->return_exceptions) {
+    if (cancelled || exc != nullptr) {
+      // A child's cancellation is raised in the awaiting task, not taken
+      // as gather() itself being cancelled (stdlib's choice too).
+      PyObject* err = cancelled ? ChildCancelledError(child) : exc;
+      if (err == nullptr) {
+        PyErr_WriteUnraisable(outer);
+        return;
+      }
+      Complete(outer, nullptr, err);
+      Py_DECREF(err);
+      return;
+    }
+  }
+  Py_XDECREF(exc);
+  if (!last) return;
+  if (g->cancel_requested.load(std::memory_order_acquire)) {
+    // Cancelling gather() propagates whatever return_exceptions says.
+    PyObject* err = ChildCancelledError(child);
+    if (err == nullptr) {
+      PyErr_WriteUnraisable(outer);
+      return;
+    }
+    Complete(outer, nullptr, err);
+    Py_DECREF(err);
+    return;
+  }
+  PyObject* results = BuildResults(g);
+  if (results == nullptr) {
+    PyObject* err = PyErr_GetRaisedException();
+    Complete(outer, nullptr, err);
+    Py_DECREF(err);
+    return;
+  }
+  Complete(outer, results, nullptr);
+  Py_DECREF(results);
+}
+
+void NativeChildDone(PyObject* outer, FutureObject* child) {
+  ChildDone(outer, reinterpret_cast<PyObject*>(child));
+}
+
+// Done callback for foreign children (e.g. a stdlib Future on our loop).
+PyObject* Gathering_child_done(PyObject* self, PyObject* child) {
+  ChildDone(self, child);
+  Py_RETURN_NONE;
+}
+
+PyObject* Gathering_cancel(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"msg", nullptr};
+  PyObject* msg = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:cancel", const_cast<char**>(kwlist),
+                                   &msg)) {
+    return nullptr;
+  }
+  GatheringFutureObject* g = AsGathering(self);
+  if (FutureIsDone(&g->base)) Py_RETURN_FALSE;
+  // Set before the children are cancelled: a child may finish unwinding on
+  // another worker before cancel() returns, and its callback must already
+  // see the request. Withdrawn below if no child took it.
+  const bool was_requested = g->cancel_requested.exchange(true, std::memory_order_acq_rel);
+  bool any = false;
+  PyObject* children = Py_NewRef(g->children);
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(children); ++i) {
+    PyObject* call_args[] = {PyList_GET_ITEM(children, i), msg};
+    PyObject* r = PyObject_VectorcallMethod(
+        str_cancel, call_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames_msg);
+    const int took = r == nullptr ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    if (took < 0) {
+      Py_DECREF(children);
+      if (!was_requested && !any) g->cancel_requested.store(false);
+      return nullptr;
+    }
+    any |= took > 0;
+  }
+  Py_DECREF(children);
+  if (!any && !was_requested) g->cancel_requested.store(false, std::memory_order_release);
+  return PyBool_FromLong(any);
+}
+
+PyObject* Gathering_get_children(PyObject* self, void*) {
+  return Py_NewRef(AsGathering(self)->children);
+}
+
+PyObject* Gathering_get_cancel_requested(PyObject* self, void*) {
+  return PyBool_FromLong(AsGathering(self)->cancel_requested.load());
+}
+
+int Gathering_set_cancel_requested(PyObject* self, PyObject* value, void*) {
+  if (value == nullptr) {
+    PyErr_SetString(PyExc_AttributeError, "cannot delete _cancel_requested");
+    return -1;
+  }
+  const int on = PyObject_IsTrue(value);
+  if (on < 0) return -1;
+  AsGathering(self)->cancel_requested.store(on != 0);
+  return 0;
+}
+
+int Gathering_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(AsGathering(self)->children);
+  return FutureType()->tp_traverse(self, visit, arg);
+}
+
+int Gathering_clear(PyObject* self) {
+  Py_CLEAR(AsGathering(self)->children);
+  return FutureType()->tp_clear(self);
+}
+
+void Gathering_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  if (PyObject_CallFinalizerFromDealloc(self) < 0) return;
+  Py_CLEAR(AsGathering(self)->children);
+  PyObject_GC_Track(self);  // The base dealloc untracks again.
+  FutureType()->tp_dealloc(self);
+}
+
+PyMethodDef gathering_methods[] = {
+    {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Gathering_cancel)),
+     METH_VARARGS | METH_KEYWORDS, "Cancel the children; True if any took it."},
+    {"_child_done", Gathering_child_done, METH_O,
+     "Done callback for a child that is not an mt_asyncio future."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef gathering_getset[] = {
+    {"_children", Gathering_get_children, nullptr, nullptr, nullptr},
+    {"_cancel_requested", Gathering_get_cancel_requested, Gathering_set_cancel_requested,
+     nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyType_Slot gathering_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(Gathering_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Gathering_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Gathering_clear)},
+    {Py_tp_methods, gathering_methods},
+    {Py_tp_getset, gathering_getset},
+    {Py_tp_doc, const_cast<char*>("The future gather() returns; cancelling it "
+                                  "cancels the children.")},
+    {0, nullptr},
+};
+
+PyType_Spec gathering_spec = {
+    .name = "mt_asyncio._core._GatheringFuture",
+    .basicsize = sizeof(GatheringFutureObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = gathering_slots,
+};
+
+// ensure_future(arg, loop=loop) with the common cases in C: our futures as
+// they are, native coroutines wrapped by our loop's create_task.
+PyObject* EnsureFuture(PyObject* arg, PyObject* loop) {
+  if (IsOurFuture(arg)) {
+    PyObject* fut_loop = reinterpret_cast<FutureObject*>(arg)->loop;
+    if (loop != Py_None && fut_loop != loop) {
+      PyErr_SetString(PyExc_ValueError,
+                      "The future belongs to a different loop than the one "
+                      "specified as the loop argument");
+      return nullptr;
+    }
+    return Py_NewRef(arg);
+  }
+  if (PyCoro_CheckExact(arg) && IsLoop(loop)) return LoopCreateTask(loop, arg);
+  PyObject* call_args[] = {arg, loop};
+  return PyObject_Vectorcall(ensure_future, call_args, 1, kwnames_loop);
+}
+
+PyObject* LoopOf(PyObject* fut) {
+  if (IsOurFuture(fut)) return Py_NewRef(reinterpret_cast<FutureObject*>(fut)->loop);
+  return PyObject_CallMethod(fut, "get_loop", nullptr);
+}
+
+PyObject* GatherEmpty() {
+  PyObject* loop = PyObject_CallNoArgs(get_event_loop);
+  if (loop == nullptr) return nullptr;
+  PyObject* outer = PyObject_CallMethod(loop, "create_future", nullptr);
+  Py_DECREF(loop);
+  if (outer == nullptr) return nullptr;
+  PyObject* empty = PyList_New(0);
+  PyObject* r = empty != nullptr ? PyObject_CallMethod(outer, "set_result", "O", empty)
+                                 : nullptr;
+  Py_XDECREF(empty);
+  if (r == nullptr) {
+    Py_DECREF(outer);
+    return nullptr;
+  }
+  Py_DECREF(r);
+  return outer;
+}
+
+// Registers `outer` with a distinct child; a child that is done already
+// reports right away (the last such call may complete `outer` before
+// gather() returns, as stdlib does for children that finished eagerly).
+int Attach(PyObject* outer, PyObject* child) {
+  if (IsOurFuture(child)) {
+    auto* fut = reinterpret_cast<FutureObject*>(child);
+    if (FutureAddNativeCallback(fut, outer, NativeChildDone) == 1) ChildDone(outer, child);
+    return 0;
+  }
+  PyObject* cb = PyObject_GetAttrString(outer, "_child_done");
+  if (cb == nullptr) return -1;
+  PyObject* r = PyObject_CallMethod(child, "add_done_callback", "O", cb);
+  Py_DECREF(cb);
+  if (r == nullptr) return -1;
+  Py_DECREF(r);
+  return 0;
+}
+
+PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
+                        PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  int return_exceptions = 0;
+  if (kwnames != nullptr) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
+      PyObject* key = PyTuple_GET_ITEM(kwnames, i);
+      if (PyUnicode_CompareWithASCIIString(key, "return_exceptions") != 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "gather() got an unexpected keyword argument '%U'", key);
+        return nullptr;
+      }
+      return_exceptions = PyObject_IsTrue(args[nargs + i]);
+      if (return_exceptions < 0) return nullptr;
+    }
+  }
+  if (nargs == 0) return GatherEmpty();
+
+  PyObject* loop = PyObject_CallNoArgs(get_running_loop);
+  if (loop == nullptr) return nullptr;
+  PyObject* children = PyList_New(nargs);
+  PyObject* arg_to_fut = PyDict_New();
+  std::vector<PyObject*> distinct;  // Borrowed from `children`.
+  distinct.reserve(nargs);
+  auto fail = [&]() -> PyObject* {
+    Py_XDECREF(children);
+    Py_XDECREF(arg_to_fut);
+    Py_DECREF(loop);
+    return nullptr;
+  };
+  if (children == nullptr || arg_to_fut == nullptr) return fail();
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    PyObject* arg = args[i];
+    PyObject* fut;
+    if (PyDict_GetItemRef(arg_to_fut, arg, &fut) < 0) return fail();
+    if (fut == nullptr) {
+      fut = EnsureFuture(arg, loop);
+      if (fut == nullptr) return fail();
+      if (loop == Py_None) {
+        PyObject* l = LoopOf(fut);
+        if (l == nullptr) {
+          Py_DECREF(fut);
+          return fail();
+        }
+        Py_SETREF(loop, l);
+      }
+      // Our tasks never warn about being destroyed pending; a foreign
+      // wrapper gets the flag stdlib sets on the tasks it makes.
+      if (fut != arg && !IsOurFuture(fut) &&
+          PyObject_SetAttr(fut, str_log_destroy_pending, Py_False) < 0) {
+        PyErr_Clear();
+      }
+      if (PyDict_SetItem(arg_to_fut, arg, fut) < 0) {
+        Py_DECREF(fut);
+        return fail();
+      }
+      distinct.push_back(fut);
+    }
+    PyList_SET_ITEM(children, i, fut);
+  }
+  Py_CLEAR(arg_to_fut);
+
+  auto* g = reinterpret_cast<GatheringFutureObject*>(
+      gathering_future_type->tp_alloc(gathering_future_type, 0));
+  if (g == nullptr) return fail();
+  PyObject* outer = reinterpret_cast<PyObject*>(g);
+  g->base.state = FutureState::kPending;
+  g->base.loop = loop;  // Takes our reference.
+  loop = nullptr;
+  g->children = children;
+  children = nullptr;
+  g->remaining.store(static_cast<Py_ssize_t>(distinct.size()));
+  g->cancel_requested.store(false);
+  g->return_exceptions = return_exceptions != 0;
+  for (PyObject* child : distinct) {
+    if (Attach(outer, child) < 0) {
+      Py_DECREF(outer);
+      return nullptr;
+    }
+  }
+  return outer;
+}
+
+PyObject* Module_set_gather_fallback(PyObject*, PyObject* fn) {
+  Py_XSETREF(ensure_future, Py_NewRef(fn));
+  Py_RETURN_NONE;
+}
+
+PyMethodDef module_functions[] = {
+    {"gather",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Module_gather)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "gather(*aws, return_exceptions=False): run awaitables concurrently; the "
+     "result is the list of their results in argument order."},
+    {"_set_gather_fallback", Module_set_gather_fallback, METH_O,
+     "The ensure_future gather() uses for what it does not wrap itself."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+int RegisterGather(PyObject* module) {
+  PyObject* events = PyImport_ImportModule("asyncio.events");
+  PyObject* tasks = PyImport_ImportModule("asyncio.tasks");
+  if (events == nullptr || tasks == nullptr) {
+    Py_XDECREF(events);
+    Py_XDECREF(tasks);
+    return -1;
+  }
+  get_event_loop = PyObject_GetAttrString(events, "get_event_loop");
+  get_running_loop = PyObject_GetAttrString(events, "_get_running_loop");
+  // Until mt_asyncio.tasks installs its own (stdlib's would make stdlib
+  // tasks on a stdlib loop, which is still right for that loop).
+  ensure_future = PyObject_GetAttrString(tasks, "ensure_future");
+  Py_DECREF(events);
+  Py_DECREF(tasks);
+  str_log_destroy_pending = PyUnicode_InternFromString("_log_destroy_pending");
+  str_cancel = PyUnicode_InternFromString("cancel");
+  str_msg = PyUnicode_InternFromString("msg");
+  kwnames_msg = str_msg != nullptr ? PyTuple_Pack(1, str_msg) : nullptr;
+  PyObject* str_loop = PyUnicode_InternFromString("loop");
+  kwnames_loop = str_loop != nullptr ? PyTuple_Pack(1, str_loop) : nullptr;
+  Py_XDECREF(str_loop);
+  if (!get_event_loop || !get_running_loop || !ensure_future || !kwnames_msg ||
+      !kwnames_loop) {
+    return -1;
+  }
+  gathering_future_type = reinterpret_cast<PyTypeObject*>(PyType_FromModuleAndSpec(
+      module, &gathering_spec, reinterpret_cast<PyObject*>(FutureType())));
+  if (gathering_future_type == nullptr) return -1;
+  if (PyModule_AddFunctions(module, module_functions) < 0) return -1;
+  return PyModule_AddObjectRef(module, "_GatheringFuture",
+                               reinterpret_cast<PyObject*>(gathering_future_type));
+}
+
+}  // namespace mt::pyext
