@@ -1,8 +1,9 @@
 """Backends: where a workload's top-level coroutines run.
 
 Each backend is ``run(factories, threads) -> per_thread_counts``: it runs
-every coroutine to completion and returns how many coroutines each OS thread
-completed (the balance column of the report).
+every coroutine to completion and returns how the work spread over its
+threads (the balance column of the report): top-level coroutines per loop
+for stdlib backends, units run per worker for mt_asyncio.
 """
 
 import asyncio
@@ -11,7 +12,7 @@ import threading
 
 def _run_on_one_loop(aio, factories):
     async def main():
-        await aio.gather(*(f() for f in factories))
+        await aio.gather(*(f(aio) for f in factories))
     aio.run(main())
 
 
@@ -44,26 +45,30 @@ def run_asyncio_multiloop(factories, threads):
     return [len(s) for s in shares]
 
 
+def _units_run_per_worker():
+    from mt_asyncio import _core
+    return {w["index"]: w["units_run"] for w in _core.runtime_snapshot()["workers"]}
+
+
 def run_mt_asyncio(factories, threads):
     """mt_asyncio's parallel loop: one loop, every coroutine a Task stepped
-    on the runtime's `threads` workers."""
+    on the runtime's `threads` workers.
+
+    The coroutines run exactly as on the other backends (no wrapper that
+    would cost only this backend); balance is how many runtime units
+    (task steps and callbacks) each worker ran, from the runtime's own
+    per-worker counters.
+    """
     import mt_asyncio.asyncio as aio
 
-    lock = threading.Lock()
-    per_thread = {}
-
-    async def counted(factory):
-        result = await factory()
-        tid = threading.get_ident()
-        with lock:
-            per_thread[tid] = per_thread.get(tid, 0) + 1
-        return result
-
     async def main():
-        await aio.gather(*(counted(f) for f in factories))
+        await aio.gather(*(f(aio) for f in factories))
 
+    before = _units_run_per_worker()
     aio.run(main(), threads=threads)
-    return sorted(per_thread.values(), reverse=True)
+    after = _units_run_per_worker()
+    counts = [n - before.get(i, 0) for i, n in after.items()]
+    return sorted(counts, reverse=True)
 
 
 BACKENDS = {

@@ -46,16 +46,18 @@ def run_cell(backend, workload, threads, scale, repeats):
     """Runs in the child process: one warm-up, then `repeats` timed runs."""
     run = backends.BACKENDS[backend]
     make = workloads.WORKLOADS[workload]
-    times, balance = [], None
+    times, balance, coroutines = [], None, 0
     for i in range(repeats + 1):
-        factories = make(__import__("asyncio"), scale)
+        factories = make(scale)
+        coroutines = len(factories)
         start = time.perf_counter()
         counts = run(factories, threads)
         elapsed = time.perf_counter() - start
         if i > 0:  # The first run is the warm-up.
             times.append(elapsed)
             balance = counts
-    return {"times": times, "balance": balance, "gil_enabled_after": _gil_enabled()}
+    return {"times": times, "balance": balance, "coroutines": coroutines,
+            "gil_enabled_after": _gil_enabled()}
 
 
 def spawn_cell(backend, workload, threads, scale, repeats):
@@ -159,6 +161,7 @@ def main(argv=None):
                     "workload": workload, "backend": backend, "threads": threads,
                     "median": median, "min": min(cell["times"]), "max": max(cell["times"]),
                     "times": cell["times"], "balance": cell["balance"],
+                    "coroutines": cell["coroutines"],
                     "ratio": None,
                 })
         for r in rows:

@@ -1,10 +1,15 @@
 """Workloads from BENCHMARKS.md, written once for every backend.
 
-A workload is a function ``(aio, n_tasks_scale) -> list of coroutine
-factories``: each factory returns one top-level coroutine. The backend
-decides where those coroutines run (one loop, one loop per thread, or the
-parallel loop), so the work itself is identical everywhere.
+A workload is a function ``(scale) -> list of factories``; each factory
+takes the backend's asyncio module (``aio``) and returns one top-level
+coroutine, so the same code runs on stdlib asyncio and on
+``mt_asyncio.asyncio``. The backend decides where those coroutines run (one
+loop, one loop per thread, or the parallel loop). A workload whose tasks
+share one primitive (one Lock, one Queue) is a single top-level unit: a
+loop-per-thread backend cannot split it, which is the point of comparing.
 """
+
+import time
 
 # The CPU kernel: a pure-Python integer loop (an LCG step per iteration).
 #
@@ -24,32 +29,268 @@ def burn(iterations):
     return v
 
 
-def mixed(aio, scale):
-    """32 tasks x 4 steps; each step yields with sleep(0), then burns CPU."""
-    tasks, steps = 32, 4
-    iterations = max(1, int(1_500_000 * scale))
+def burn_allocating(iterations):
+    """The allocating variant: builds and drops a small tuple and list per
+    iteration (allocation scales worse than arithmetic on free-threaded
+    builds)."""
+    mul, add, mask = int("1664525"), int("1013904223"), int("4294967295")
+    v = 0
+    for i in range(iterations):
+        pair = (v, i)
+        v = (sum([pair[0] * mul, add, pair[1]])) & mask
+    return v
 
-    async def one_task():
+
+def _count(base, scale):
+    return max(1, int(base * scale))
+
+
+def mixed(scale):
+    """32 tasks x 4 steps; each step yields with sleep(0), then burns CPU."""
+    steps = 4
+    iterations = _count(1_500_000, scale)
+
+    async def one_task(aio):
         acc = 0
         for _ in range(steps):
             await aio.sleep(0)
             acc ^= burn(iterations)
         return acc
 
-    return [one_task for _ in range(tasks)]
+    return [one_task] * 32
 
 
-def one_million(aio, scale):
+def mixed_alloc(scale):
+    """mixed with the allocating kernel (a third of the iterations)."""
+    steps = 4
+    iterations = _count(500_000, scale)
+
+    async def one_task(aio):
+        acc = 0
+        for _ in range(steps):
+            await aio.sleep(0)
+            acc ^= burn_allocating(iterations)
+        return acc
+
+    return [one_task] * 32
+
+
+def churn(scale):
+    """32 loops, each creating, awaiting and finishing 2000 tasks in turn."""
+    rounds = _count(2000, scale)
+
+    async def child(i):
+        return i
+
+    async def one_loop(aio):
+        total = 0
+        for i in range(rounds):
+            total += await aio.create_task(child(i))
+        return total
+
+    return [one_loop] * 32
+
+
+def _fanout_child(iterations):
+    async def child(aio):
+        return burn(iterations)
+    return child
+
+
+def fanout_gather(scale):
+    """2000 parents, each gathering 10 children of 2000 CPU iterations."""
+    child = _fanout_child(2000)
+
+    async def parent(aio):
+        return sum(await aio.gather(*(child(aio) for _ in range(10))))
+
+    return [parent] * _count(2000, scale)
+
+
+def fanout_taskgroup(scale):
+    """fanout_gather with a TaskGroup per parent."""
+    child = _fanout_child(2000)
+
+    async def parent(aio):
+        async with aio.TaskGroup() as tg:
+            tasks = [tg.create_task(child(aio)) for _ in range(10)]
+        return sum(t.result() for t in tasks)
+
+    return [parent] * _count(2000, scale)
+
+
+def queue_pipeline(scale):
+    """One producer puts 20k items on a Queue; 8 consumers take them and
+    burn 3000 iterations per item. One shared queue: one top-level unit."""
+    items = _count(20_000, scale)
+
+    async def pipeline(aio):
+        queue = aio.Queue(maxsize=256)
+        done = []
+
+        async def consumer():
+            n = 0
+            while True:
+                item = await queue.get()
+                if item is None:
+                    queue.task_done()
+                    break
+                burn(3000)
+                n += 1
+                queue.task_done()
+            done.append(n)
+
+        consumers = [aio.create_task(consumer()) for _ in range(8)]
+        for i in range(items):
+            await queue.put(i)
+        for _ in consumers:
+            await queue.put(None)
+        await aio.gather(*consumers)
+        if sum(done) != items:
+            raise AssertionError(f"queue lost items: {sum(done)} != {items}")
+        return sum(done)
+
+    return [pipeline]
+
+
+def lock_contention(scale):
+    """4000 tasks take one Lock in turn and burn 4000 iterations inside."""
+    tasks = _count(4000, scale)
+
+    async def program(aio):
+        lock = aio.Lock()
+        inside = [0]
+
+        async def worker():
+            async with lock:
+                inside[0] += 1
+                if inside[0] != 1:
+                    raise AssertionError("two holders of one Lock")
+                burn(4000)
+                inside[0] -= 1
+
+        await aio.gather(*(worker() for _ in range(tasks)))
+
+    return [program]
+
+
+def semaphore_bounded(scale):
+    """2000 tasks through a Semaphore(8), 30k iterations each inside."""
+    tasks = _count(2000, scale)
+
+    async def program(aio):
+        sem = aio.Semaphore(8)
+
+        async def worker():
+            async with sem:
+                return burn(30_000)
+
+        await aio.gather(*(worker() for _ in range(tasks)))
+
+    return [program]
+
+
+def wait_for_overhead(scale):
+    """4000 units, each a wait_for (generous timeout) around 20k iterations."""
+
+    async def work(aio):
+        await aio.sleep(0)
+        return burn(20_000)
+
+    async def one(aio):
+        return await aio.wait_for(work(aio), timeout=60)
+
+    return [one] * _count(4000, scale)
+
+
+def timer_sleep(scale):
+    """500 tasks x 20 sleep(0.001)."""
+
+    async def sleeper(aio):
+        for _ in range(20):
+            await aio.sleep(0.001)
+
+    return [sleeper] * _count(500, scale)
+
+
+def cancel_heavy(scale):
+    """4000 tasks created, cancelled while waiting, unwound (40 units of
+    100 tasks, so a loop-per-thread backend can split them)."""
+    per_unit = 100
+
+    async def unit(aio):
+        started = [0]
+
+        async def victim():
+            started[0] += 1
+            try:
+                await aio.sleep(3600)
+            finally:
+                started[0] -= 1
+
+        tasks = [aio.create_task(victim()) for _ in range(per_unit)]
+        await aio.sleep(0)
+        for t in tasks:
+            t.cancel()
+        results = await aio.gather(*tasks, return_exceptions=True)
+        if not all(isinstance(r, aio.CancelledError) for r in results):
+            raise AssertionError("a cancelled task did not unwind")
+        return len(results)
+
+    return [unit] * _count(40, scale)
+
+
+def executor_offload(scale):
+    """2000 to_thread calls of 20k iterations each."""
+
+    async def one(aio):
+        return await aio.to_thread(burn, 20_000)
+
+    return [one] * _count(2000, scale)
+
+
+def block_inline(scale):
+    """64 units calling time.sleep(0.01) on the loop itself (a blocking
+    call the loop cannot see)."""
+
+    async def one(aio):
+        time.sleep(0.01)
+
+    return [one] * _count(64, scale)
+
+
+def block_offload(scale):
+    """64 units sending time.sleep(0.01) to a thread with to_thread."""
+
+    async def one(aio):
+        await aio.to_thread(time.sleep, 0.01)
+
+    return [one] * _count(64, scale)
+
+
+def one_million(scale):
     """1,000,000 trivial coroutines created and run to completion."""
-    count = max(1, int(1_000_000 * scale))
 
-    async def trivial():
+    async def trivial(aio):
         return None
 
-    return [trivial] * count
+    return [trivial] * _count(1_000_000, scale)
 
 
 WORKLOADS = {
     "mixed": mixed,
+    "mixed_alloc": mixed_alloc,
+    "churn": churn,
+    "fanout_gather": fanout_gather,
+    "fanout_taskgroup": fanout_taskgroup,
+    "queue_pipeline": queue_pipeline,
+    "lock_contention": lock_contention,
+    "semaphore_bounded": semaphore_bounded,
+    "wait_for_overhead": wait_for_overhead,
+    "timer_sleep": timer_sleep,
+    "cancel_heavy": cancel_heavy,
+    "executor_offload": executor_offload,
+    "block_inline": block_inline,
+    "block_offload": block_offload,
     "one_million": one_million,
 }
