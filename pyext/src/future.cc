@@ -41,6 +41,10 @@ namespace {
 
 FutureObject* AsFuture(PyObject* o) { return reinterpret_cast<FutureObject*>(o); }
 
+// The future this thread's last `await` yielded (identity only); see
+// FutureTakeAwaitMarker.
+thread_local FutureObject* last_awaited = nullptr;
+
 // Hands `cbs` over in registration order: task wakers directly, the rest
 // to the loop (in one ordered batch when the loop is ours). Called with no
 // lock held. Steals the references in `cbs`.
@@ -736,6 +740,7 @@ PySendResult FutureIter_am_send(PyObject* self, PyObject*, PyObject** out) {
   Py_END_CRITICAL_SECTION();
   if (pending && !it->yielded) {
     it->yielded = true;
+    last_awaited = fut;
     *out = Py_NewRef(reinterpret_cast<PyObject*>(fut));
     return PYGEN_NEXT;
   }
@@ -943,6 +948,12 @@ FutureHooks GetFutureHooks() { return hooks; }
 
 PyObject* CancelledErrorType() { return refs.cancelled_error; }
 PyObject* InvalidStateErrorType() { return refs.invalid_state_error; }
+
+bool FutureTakeAwaitMarker(PyObject* fut) {
+  const bool marked = last_awaited == reinterpret_cast<FutureObject*>(fut);
+  last_awaited = nullptr;
+  return marked;
+}
 
 namespace {
 void WakeTaskCallback(PyObject* task, FutureObject*) { hooks.wake_task(task); }

@@ -78,6 +78,12 @@ int FutureGetOutcome(FutureObject* fut, bool* cancelled, PyObject** result,
 // if none).
 PyObject* FutureCancelMessage(FutureObject* fut);
 bool FutureIsDone(FutureObject* fut);
+// True if `fut` is what this thread's last `await` on one of our futures
+// yielded (and forgets it). A task step asks this instead of relying on
+// asyncio's _asyncio_future_blocking flag alone: that flag lives on the
+// future, and tasks on several workers awaiting one future at once would
+// clear it under each other.
+bool FutureTakeAwaitMarker(PyObject* fut);
 // Completes a pending future; false if it was not pending (no error set).
 // -1 on error.
 int FutureSetResult(FutureObject* fut, PyObject* result);

@@ -79,7 +79,10 @@ class TaskUnit final : public rt_task::Task {
       PyErr_WriteUnraisable(loop_);
       return false;
     }
-    if (!StepTask(task_)) return false;
+    SlowCallbackCheck check(loop_);
+    const bool done = StepTask(task_);
+    check.Done(task_);
+    if (!done) return false;
     PyObject* task = std::exchange(task_, nullptr);
     Unregister(task);
     Py_DECREF(task);
@@ -129,6 +132,8 @@ PyObject* MakeCancelled(PyObject* msg) {
 void HandleYield(PyObject* self, PyObject* result) {
   TaskObject* t = AsTask(self);
   PyObject* loop = t->base.loop;
+  // Consumed on every yield so a stale mark never outlives its step.
+  const bool awaited = FutureTakeAwaitMarker(result);
   if (result == Py_None) {
     // A bare yield (sleep(0)): let others run, then continue.
     t->unit->Wake(rt_task::ScheduleKind::kYield);
@@ -139,7 +144,7 @@ void HandleYield(PyObject* self, PyObject* result) {
   if (ours) {
     FutureObject* fut = reinterpret_cast<FutureObject*>(result);
     Py_BEGIN_CRITICAL_SECTION(result);
-    blocking = fut->blocking;
+    blocking = awaited || fut->blocking;
     Py_END_CRITICAL_SECTION();
   } else {
     PyObject* flag = nullptr;
