@@ -38,6 +38,9 @@ struct LoopState {
   // Debug mode: callbacks are checked when scheduled (stdlib does the same
   // only in debug mode; otherwise a bad callback fails when it runs).
   std::atomic<bool> debug{false};
+  // Debug mode logs callbacks and steps that run at least this long
+  // (slow_callback_duration; stdlib's default is 0.1 s).
+  std::atomic<std::int64_t> slow_callback_ns{100'000'000};
   std::atomic<bool> closed_flag{false};  // Mirrors `closed`, read lock-free.
   // Pending tasks, for all_tasks(): intrusive lists (no allocation, no
   // hashing) sharded by address so task creation and completion on many
@@ -74,6 +77,8 @@ PyTypeObject* handle_type = nullptr;
 PyTypeObject* timer_handle_type = nullptr;
 
 PyObject* str_call_exception_handler = nullptr;
+PyObject* asyncio_logger = nullptr;  // asyncio.log.logger
+PyObject* format_callback_source = nullptr;  // asyncio.format_helpers
 PyObject* set_running_loop = nullptr;  // asyncio.events._set_running_loop
 PyObject* iscoroutine = nullptr;       // asyncio.coroutines.iscoroutine
 PyObject* iscoroutinefunction = nullptr;
@@ -167,7 +172,9 @@ bool HandleUnit::Poll() {
     PyErr_WriteUnraisable(loop_);
     return true;
   }
+  SlowCallbackCheck check(loop_);
   RunHandle(loop_, handle_);
+  check.Done(handle_);
   return true;
 }
 
@@ -255,24 +262,39 @@ PyObject* Handle_run(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// stdlib's Handle repr: "<Handle [cancelled] callback(args) at file:line>",
+// TimerHandle with "when=..." after the state.
 PyObject* Handle_repr(PyObject* self) {
   HandleObject* h = AsHandle(self);
   PyObject* callback = nullptr;
+  PyObject* args = nullptr;
   Py_BEGIN_CRITICAL_SECTION(self);
   callback = Py_XNewRef(h->callback);
+  args = Py_XNewRef(h->args);
   Py_END_CRITICAL_SECTION();
   const bool cancelled = h->cancelled.load(std::memory_order_acquire);
-  PyObject* r;
-  if (Py_TYPE(self) == timer_handle_type) {
-    r = PyUnicode_FromFormat("<TimerHandle%s when=%R %R>",
-                             cancelled ? " cancelled" : "",
-                             PyFloat_FromDouble(h->when),
-                             callback != nullptr ? callback : Py_None);
-  } else {
-    r = PyUnicode_FromFormat("<Handle%s %R>", cancelled ? " cancelled" : "",
-                             callback != nullptr ? callback : Py_None);
+  PyObject* source = nullptr;
+  if (callback != nullptr) {
+    source = PyObject_CallFunctionObjArgs(format_callback_source, callback,
+                                          args != nullptr ? args : Py_None, nullptr);
   }
   Py_XDECREF(callback);
+  Py_XDECREF(args);
+  if (callback != nullptr && source == nullptr) return nullptr;
+  const bool timer = Py_TYPE(self) == timer_handle_type;
+  PyObject* r = PyUnicode_FromFormat("<%s%s", timer ? "TimerHandle" : "Handle",
+                                     cancelled ? " cancelled" : "");
+  if (timer && r != nullptr) {
+    PyObject* when = PyFloat_FromDouble(h->when);
+    PyUnicode_AppendAndDel(&r, when != nullptr ? PyUnicode_FromFormat(" when=%R", when)
+                                               : nullptr);
+    Py_XDECREF(when);
+  }
+  if (source != nullptr && r != nullptr) {
+    PyUnicode_AppendAndDel(&r, PyUnicode_FromFormat(" %U", source));
+  }
+  if (r != nullptr) PyUnicode_AppendAndDel(&r, PyUnicode_FromString(">"));
+  Py_XDECREF(source);
   return r;
 }
 
@@ -407,7 +429,9 @@ class CallbackBatch final : public task::Task {
       return true;
     }
     for (Callback& cb : cbs_) {
+      SlowCallbackCheck check(loop_);
       PyObject* res = CallInContext(cb.ctx, cb.fn, &fut_, 1);
+      check.Done(cb.fn);
       if (res == nullptr) {
         LoopReportException(loop_, "Exception in callback ", cb.fn, nullptr,
                             nullptr);
@@ -918,6 +942,25 @@ PyObject* Loop_get_task_factory(PyObject* self, PyObject*) {
   return f != nullptr ? f : Py_NewRef(Py_None);
 }
 
+PyObject* Loop_get_slow_callback_duration(PyObject* self, void*) {
+  const std::int64_t ns = StateOf(self)->slow_callback_ns.load(std::memory_order_relaxed);
+  return PyFloat_FromDouble(static_cast<double>(ns) / 1e9);
+}
+
+int Loop_set_slow_callback_duration(PyObject* self, PyObject* value, void*) {
+  if (value == nullptr) {
+    PyErr_SetString(PyExc_AttributeError, "cannot delete slow_callback_duration");
+    return -1;
+  }
+  const double seconds = PyFloat_AsDouble(value);
+  if (seconds == -1.0 && PyErr_Occurred()) return -1;
+  const double ns = seconds * 1e9;
+  StateOf(self)->slow_callback_ns.store(
+      ns <= 0 ? 0 : ns >= 9e18 ? INT64_MAX : static_cast<std::int64_t>(ns),
+      std::memory_order_relaxed);
+  return 0;
+}
+
 PyObject* Loop_get_task_factory_attr(PyObject* self, void*) {
   return Loop_get_task_factory(self, nullptr);
 }
@@ -962,6 +1005,10 @@ PyMethodDef loop_methods[] = {
 
 PyGetSetDef loop_getset[] = {
     {"_task_factory", Loop_get_task_factory_attr, nullptr, nullptr, nullptr},
+    {"slow_callback_duration", Loop_get_slow_callback_duration,
+     Loop_set_slow_callback_duration,
+     "In debug mode, callbacks and steps running this long (seconds) are logged.",
+     nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -1066,6 +1113,32 @@ namespace {
 thread_local PyObject* worker_running_loop = nullptr;  // Identity only.
 }  // namespace
 
+SlowCallbackCheck::SlowCallbackCheck(PyObject* loop) : loop_(loop) {
+  if (StateOf(loop)->debug.load(std::memory_order_relaxed)) {
+    start_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    Clock::now().time_since_epoch())
+                    .count();
+  }
+}
+
+void SlowCallbackCheck::Done(PyObject* what) {
+  if (start_ns_ < 0) return;
+  const std::int64_t took =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+          .count() -
+      start_ns_;
+  if (took < StateOf(loop_)->slow_callback_ns.load(std::memory_order_relaxed)) return;
+  // stdlib's words, through asyncio's logger, so log filters written for
+  // stdlib catch ours.
+  PyObject* saved = PyErr_GetRaisedException();
+  PyObject* res = PyObject_CallMethod(asyncio_logger, "warning", "sOd",
+                                      "Executing %s took %.3f seconds", what,
+                                      static_cast<double>(took) / 1e9);
+  if (res == nullptr) PyErr_WriteUnraisable(loop_);
+  Py_XDECREF(res);
+  PyErr_SetRaisedException(saved);
+}
+
 bool LoopRunsOnThisThread(PyObject* loop) {
   return worker_running_loop == loop &&
          StateOf(loop)->running_flag.load(std::memory_order_acquire);
@@ -1120,6 +1193,19 @@ int RegisterLoopTypes(PyObject* module) {
     return -1;
   }
   set_running_loop = PyObject_GetAttrString(events, "_set_running_loop");
+  PyObject* log = PyImport_ImportModule("asyncio.log");
+  if (log == nullptr) {
+    Py_DECREF(events);
+    Py_DECREF(coroutines);
+    return -1;
+  }
+  asyncio_logger = PyObject_GetAttrString(log, "logger");
+  Py_DECREF(log);
+  PyObject* helpers = PyImport_ImportModule("asyncio.format_helpers");
+  if (helpers != nullptr) {
+    format_callback_source = PyObject_GetAttrString(helpers, "_format_callback_source");
+    Py_DECREF(helpers);
+  }
   iscoroutine = PyObject_GetAttrString(coroutines, "iscoroutine");
   // 3.14 renamed the internal check (the public one is deprecated there).
   if (PyObject_GetOptionalAttrString(coroutines, "_iscoroutinefunction",
@@ -1128,7 +1214,8 @@ int RegisterLoopTypes(PyObject* module) {
   }
   Py_DECREF(events);
   Py_DECREF(coroutines);
-  if (set_running_loop == nullptr || iscoroutine == nullptr ||
+  if (set_running_loop == nullptr || asyncio_logger == nullptr ||
+      format_callback_source == nullptr || iscoroutine == nullptr ||
       iscoroutinefunction == nullptr) {
     return -1;
   }

@@ -3,6 +3,8 @@
 
 #include <Python.h>
 
+#include <cstdint>
+
 #include "runtime/task/task.h"
 
 namespace mt::pyext {
@@ -47,6 +49,20 @@ PyObject* LoopCreateTask(PyObject* loop, PyObject* coro);
 // usual. Returns false (nothing done) when the loop runs elsewhere or not
 // at all.
 bool LoopStartEagerly(PyObject* loop, runtime::task::Task* unit);
+
+// Debug mode's slow-callback check: construct before running a callback
+// or a task step, call Done after; if the loop is in debug mode and the run
+// took at least slow_callback_duration, logs stdlib's "Executing %s took
+// %.3f seconds" warning on asyncio's logger. Costs one flag load otherwise.
+class SlowCallbackCheck {
+ public:
+  explicit SlowCallbackCheck(PyObject* loop);
+  void Done(PyObject* what);
+
+ private:
+  PyObject* loop_;              // Borrowed.
+  std::int64_t start_ns_ = -1;  // -1: not in debug mode.
+};
 
 // True if this thread is one of `loop`'s workers inside a step or callback.
 bool LoopRunsOnThisThread(PyObject* loop);

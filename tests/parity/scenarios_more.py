@@ -318,3 +318,97 @@ async def many_timers_all_fire_not_early(aio):
     await done
     await aio.sleep(0.02)
     return sorted(fired)
+
+
+class _Records:
+    """Collects asyncio's log records for the duration of a `with`."""
+
+    def __init__(self):
+        import logging
+        self.records = []
+        self._handler = logging.Handler()
+        self._handler.emit = self.records.append
+        self._logger = logging.getLogger("asyncio")
+
+    def __enter__(self):
+        self._logger.addHandler(self._handler)
+        return self.records
+
+    def __exit__(self, *exc):
+        self._logger.removeHandler(self._handler)
+
+
+@scenario
+async def debug_slow_callback_is_logged(aio):
+    import time
+    loop = aio.get_running_loop()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.02
+    done = loop.create_future()
+
+    def slow():
+        time.sleep(0.05)
+        done.set_result(None)
+
+    with _Records() as records:
+        loop.call_soon(slow)
+        await done
+        await aio.sleep(0.01)
+    loop.set_debug(False)
+    msgs = [r.getMessage() for r in records if r.levelname == "WARNING"]
+    return [any(m.startswith("Executing ") and "slow" in m and " took " in m
+                for m in msgs)]
+
+
+@scenario
+async def debug_slow_task_step_is_logged(aio):
+    import time
+    loop = aio.get_running_loop()
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.02
+
+    async def hog():
+        time.sleep(0.05)
+
+    with _Records() as records:
+        await aio.create_task(hog(), name="hogging-task")
+        await aio.sleep(0.01)
+    loop.set_debug(False)
+    msgs = [r.getMessage() for r in records if r.levelname == "WARNING"]
+    return [any(m.startswith("Executing ") and "hogging-task" in m for m in msgs)]
+
+
+@scenario
+async def slow_callbacks_not_logged_outside_debug(aio):
+    import time
+    loop = aio.get_running_loop()
+    loop.slow_callback_duration = 0.01
+    done = loop.create_future()
+
+    def slow():
+        time.sleep(0.03)
+        done.set_result(None)
+
+    with _Records() as records:
+        loop.call_soon(slow)
+        await done
+        await aio.sleep(0.01)
+    return [r.getMessage() for r in records if "took" in r.getMessage()]
+
+
+@scenario
+async def slow_callback_duration_default(aio):
+    return aio.get_running_loop().slow_callback_duration
+
+
+@scenario
+async def handle_repr_formats_callback(aio):
+    import re
+    loop = aio.get_running_loop()
+    h = loop.call_soon(print, "x")
+    t = loop.call_later(100, divmod, 7, 2)
+    reprs = [repr(h), re.sub(r"when=[0-9.e+]+", "when=T", repr(t))]
+    h.cancel()
+    t.cancel()
+    reprs.append(re.sub(r"when=[0-9.e+]+", "when=T", repr(t)))
+    return reprs

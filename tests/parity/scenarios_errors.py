@@ -1,0 +1,206 @@
+"""Scenarios: bad arguments and misuse. Each must raise what stdlib raises
+(type and message), and leave the loop usable."""
+
+from harness import aobserve, observe, scenario
+
+
+async def _value(aio, v, delay=0):
+    await aio.sleep(delay)
+    return v
+
+
+@scenario
+async def gather_unknown_keyword(aio):
+    return observe(aio.gather, bogus=True)[:2]
+
+
+@scenario
+async def gather_non_awaitable_argument(aio):
+    return observe(aio.gather, 1, 2)[:2]
+
+
+@scenario
+async def gather_rejects_future_of_other_loop(aio):
+    import asyncio as stdlib
+    other = stdlib.new_event_loop()
+    try:
+        fut = other.create_future()
+        return observe(aio.gather, fut)[:2]
+    finally:
+        other.close()
+
+
+@scenario
+async def wait_bad_return_when(aio):
+    t = aio.create_task(_value(aio, 1))
+    r = await aobserve(aio.wait([t], return_when="sometimes"))
+    await t
+    return r
+
+
+@scenario
+async def wait_empty_iterable(aio):
+    return await aobserve(aio.wait([]))
+
+
+@scenario
+async def wait_rejects_single_future(aio):
+    fut = aio.get_running_loop().create_future()
+    return (await aobserve(aio.wait(fut)))[:2]
+
+
+@scenario
+async def wait_rejects_coroutines(aio):
+    coro = _value(aio, 1)
+    r = await aobserve(aio.wait([coro]))
+    coro.close()
+    return r[:2]
+
+
+@scenario
+async def wait_for_non_awaitable(aio):
+    return (await aobserve(aio.wait_for(42, 1)))[:2]
+
+
+@scenario
+async def shield_non_awaitable(aio):
+    return observe(aio.shield, 5)[:2]
+
+
+@scenario
+async def condition_notify_without_lock(aio):
+    cond = aio.Condition()
+    return [observe(cond.notify)[:2], observe(cond.notify_all)[:2]]
+
+
+@scenario
+async def condition_wait_without_lock(aio):
+    cond = aio.Condition()
+    return (await aobserve(cond.wait()))[:2]
+
+
+@scenario
+async def condition_with_foreign_lock_type(aio):
+    import threading
+    return observe(aio.Condition, threading.Lock())[:1]
+
+
+@scenario
+async def barrier_zero_parties(aio):
+    return observe(aio.Barrier, 0)[:2]
+
+
+@scenario
+async def queue_task_done_too_often(aio):
+    q = aio.Queue()
+    return observe(q.task_done)[:2]
+
+
+@scenario
+async def queue_get_nowait_empty_and_put_nowait_full(aio):
+    q = aio.Queue(maxsize=1)
+    q.put_nowait(1)
+    return [observe(q.put_nowait, 2)[:2], q.get_nowait(), observe(q.get_nowait)[:2]]
+
+
+@scenario
+async def queue_put_after_shutdown(aio):
+    q = aio.Queue()
+    q.shutdown()
+    return [observe(q.put_nowait, 1)[:2], (await aobserve(q.get()))[:2]]
+
+
+@scenario
+async def timeout_reentered_fails(aio):
+    cm = aio.timeout(10)
+    async with cm:
+        pass
+    try:
+        async with cm:
+            pass
+    except RuntimeError as e:
+        return ["RuntimeError", str(e)]
+    return "entered twice"
+
+
+@scenario
+async def timeout_reschedule_after_exit_fails(aio):
+    cm = aio.timeout(10)
+    async with cm:
+        pass
+    return observe(cm.reschedule, 5)[:2]
+
+
+@scenario
+async def taskgroup_entered_twice(aio):
+    tg = aio.TaskGroup()
+    async with tg:
+        try:
+            async with tg:
+                pass
+        except RuntimeError as e:
+            return ["RuntimeError", str(e)]
+    return "entered twice"
+
+
+@scenario
+async def call_soon_non_callable(aio):
+    loop = aio.get_running_loop()
+    loop.set_debug(True)
+    r = observe(loop.call_soon, 42)[:2]
+    loop.set_debug(False)
+    return r
+
+
+@scenario
+async def call_later_bad_delay_type(aio):
+    loop = aio.get_running_loop()
+    return observe(loop.call_later, "soon", print)[:1]
+
+
+@scenario
+async def call_soon_coroutine_function_in_debug(aio):
+    loop = aio.get_running_loop()
+    loop.set_debug(True)
+
+    async def cofn():
+        pass
+
+    r = observe(loop.call_soon, cofn)[:2]
+    loop.set_debug(False)
+    return r
+
+
+@scenario
+async def run_until_complete_while_running(aio):
+    loop = aio.get_running_loop()
+    coro = _value(aio, 1)
+    r = observe(loop.run_until_complete, coro)[:2]
+    coro.close()
+    return r
+
+
+@scenario
+async def run_forever_while_running(aio):
+    return observe(aio.get_running_loop().run_forever)[:2]
+
+
+@scenario
+async def asyncio_run_inside_running_loop(aio):
+    coro = _value(aio, 1)
+    r = observe(aio.run, coro)[:2]
+    coro.close()
+    return r
+
+
+@scenario
+async def run_coroutine_threadsafe_rejects_non_coroutine(aio):
+    return observe(aio.run_coroutine_threadsafe, 42, aio.get_running_loop())[:2]
+
+
+@scenario
+async def loop_still_usable_after_errors(aio):
+    for bad in (lambda: aio.gather(1), lambda: aio.Semaphore(-2),
+                lambda: aio.create_task(None)):
+        observe(bad)
+    return await aio.gather(_value(aio, "ok"), _value(aio, "still"))
