@@ -377,7 +377,10 @@ PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
   }
   if (nargs == 0) return GatherEmpty();
 
-  PyObject* loop = PyObject_CallNoArgs(get_running_loop);
+  // 3.14 wraps everything for the running loop (a future of another loop
+  // is refused); before, the first argument's loop was taken.
+  PyObject* loop = PY_VERSION_HEX >= 0x030E0000 ? PyObject_CallNoArgs(get_running_loop)
+                                                : Py_NewRef(Py_None);
   if (loop == nullptr) return nullptr;
   PyObject* children = PyList_New(nargs);
   PyObject* arg_to_fut = PyDict_New();

@@ -661,10 +661,14 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
   while (true) {
     bool stop = false;
     Py_BEGIN_ALLOW_THREADS;
-    std::unique_lock<std::mutex> lock(st->mu);
-    st->cv.wait_for(lock, std::chrono::milliseconds(50),
-                    [st] { return st->stop_requested; });
-    stop = st->stop_requested;
+    {
+      // The mutex must be released before re-attaching: a worker holding
+      // the GIL (GIL builds) may be waiting for it in stop().
+      std::unique_lock<std::mutex> lock(st->mu);
+      st->cv.wait_for(lock, std::chrono::milliseconds(50),
+                      [st] { return st->stop_requested; });
+      stop = st->stop_requested;
+    }
     Py_END_ALLOW_THREADS;
     if (stop) break;
     if (PyErr_CheckSignals() < 0) {
@@ -906,6 +910,49 @@ PyObject* CheckedTaskFactory(PyObject* self) {
   return f;
 }
 
+#if PY_VERSION_HEX < 0x030E0000
+// Before 3.14 a task factory is called as factory(loop, coro) or, with a
+// context, factory(loop, coro, context=ctx), and the task is then renamed
+// with set_name(name) — even to None, as 3.13's stdlib does.
+PyObject* CallFactory313(PyObject* self, PyObject* factory, PyObject* coro,
+                         PyObject* const* kwvalues, PyObject* kwnames) {
+  PyObject* name = Py_None;
+  PyObject* context = Py_None;
+  const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, i);
+    if (PyUnicode_CompareWithASCIIString(key, "name") == 0) {
+      name = kwvalues[i];
+    } else if (PyUnicode_CompareWithASCIIString(key, "context") == 0) {
+      context = kwvalues[i];
+    } else {
+      Py_DECREF(factory);
+      PyErr_Format(PyExc_TypeError,
+                   "create_task() got an unexpected keyword argument '%U'", key);
+      return nullptr;
+    }
+  }
+  PyObject* task = context == Py_None
+                       ? PyObject_CallFunctionObjArgs(factory, self, coro, nullptr)
+                       : nullptr;
+  if (context != Py_None) {
+    PyObject* call_args[] = {self, coro, context};
+    PyObject* kw = Py_BuildValue("(s)", "context");
+    task = kw != nullptr ? PyObject_Vectorcall(factory, call_args, 2, kw) : nullptr;
+    Py_XDECREF(kw);
+  }
+  Py_DECREF(factory);
+  if (task == nullptr) return nullptr;
+  PyObject* r = PyObject_CallMethod(task, "set_name", "O", name);
+  if (r == nullptr) {
+    Py_DECREF(task);
+    return nullptr;
+  }
+  Py_DECREF(r);
+  return task;
+}
+#endif
+
 // create_task(coro, *, name=None, context=None, eager_start=None, **kwargs):
 // the task factory gets every keyword as given (3.14 rules); without one,
 // our Task is built directly.
@@ -922,6 +969,9 @@ PyObject* Loop_create_task(PyObject* self, PyObject* const* args, Py_ssize_t nar
     return nullptr;
   }
   PyObject* factory = CheckedTaskFactory(self);
+#if PY_VERSION_HEX < 0x030E0000
+  if (factory != nullptr) return CallFactory313(self, factory, args[0], args + nargs, kwnames);
+#endif
   if (factory != nullptr) {
     const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
     std::vector<PyObject*> call_args(2 + nkw);

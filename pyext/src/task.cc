@@ -52,6 +52,13 @@ PyObject* kwnames_context = nullptr;
 
 thread_local PyObject* current_task = nullptr;
 
+// From 3.14 stdlib keeps the current task per thread, so every step tells
+// it (_enter_task/_leave_task) and asyncio.current_task() answers on every
+// worker. Before 3.14 it keeps one current task per loop: with steps of one
+// loop on several workers those calls would clash, so we keep our own
+// (mt_asyncio's current_task answers) and leave stdlib's alone.
+constexpr bool kTellAsyncio = PY_VERSION_HEX >= 0x030E0000;
+
 TaskObject* AsTask(PyObject* o) { return reinterpret_cast<TaskObject*>(o); }
 PyObject* AsObj(TaskObject* t) { return reinterpret_cast<PyObject*>(t); }
 
@@ -312,10 +319,12 @@ bool StepTask(PyObject* self) {
   PyObject* prev_task = current_task;
   const bool nested = prev_task != nullptr;
   PyObject* enter_args[] = {loop, self};
-  PyObject* entered =
-      PyObject_Vectorcall(nested ? swap_current_task : enter_task, enter_args, 2, nullptr);
-  if (entered == nullptr) PyErr_WriteUnraisable(self);
-  Py_XDECREF(entered);
+  if (kTellAsyncio) {
+    PyObject* entered = PyObject_Vectorcall(nested ? swap_current_task : enter_task,
+                                            enter_args, 2, nullptr);
+    if (entered == nullptr) PyErr_WriteUnraisable(self);
+    Py_XDECREF(entered);
+  }
   current_task = self;
 
   PyObject* result = nullptr;
@@ -339,15 +348,17 @@ bool StepTask(PyObject* self) {
   PyObject* step_error = status == PYGEN_ERROR ? PyErr_GetRaisedException() : nullptr;
 
   current_task = prev_task;
-  PyObject* left;
-  if (nested) {
-    PyObject* swap_back[] = {loop, prev_task};
-    left = PyObject_Vectorcall(swap_current_task, swap_back, 2, nullptr);
-  } else {
-    left = PyObject_Vectorcall(leave_task, enter_args, 2, nullptr);
+  if (kTellAsyncio) {
+    PyObject* left;
+    if (nested) {
+      PyObject* swap_back[] = {loop, prev_task};
+      left = PyObject_Vectorcall(swap_current_task, swap_back, 2, nullptr);
+    } else {
+      left = PyObject_Vectorcall(leave_task, enter_args, 2, nullptr);
+    }
+    if (left == nullptr) PyErr_WriteUnraisable(self);
+    Py_XDECREF(left);
   }
-  if (left == nullptr) PyErr_WriteUnraisable(self);
-  Py_XDECREF(left);
   if (PyContext_Exit(t->context) < 0) PyErr_WriteUnraisable(self);
 
   if (status == PYGEN_RETURN) {

@@ -66,7 +66,11 @@ def test_running_loop_and_current_task_inside_steps(loop):
     task = loop.create_task(probe())
     assert loop.run_until_complete(task) is task
     assert seen["loop"] is loop
-    assert seen["stdlib_task"] is task and seen["our_task"] is task
+    assert seen["our_task"] is task
+    if sys.version_info >= (3, 14):
+        # Before 3.14 stdlib keeps one current task per loop, which steps on
+        # several workers would clash over: only ours answers there.
+        assert seen["stdlib_task"] is task
     assert seen["after_yield"] is task
 
 

@@ -23,6 +23,16 @@ def scenario(fn):
     return fn
 
 
+def since(*version):
+    """Marks a scenario that uses an API stdlib added in `version` (e.g.
+    ``create_task(eager_start=...)`` in 3.14); older interpreters skip it
+    with that reason."""
+    def mark(fn):
+        fn.min_python = version
+        return fn
+    return mark
+
+
 # The product namespace itself: what `import mt_asyncio.asyncio as asyncio`
 # gives a user.
 MT = mt_asyncio.asyncio

@@ -35,6 +35,10 @@ def pytest_report_header():
 @pytest.mark.parametrize("name", NAMES)
 def test_parity(name, threads):
     fn = harness.SCENARIOS[name]
+    min_python = getattr(fn, "min_python", None)
+    if min_python and sys.version_info < min_python:
+        pytest.skip(f"stdlib's API for this scenario needs Python "
+                    f"{'.'.join(map(str, min_python))}+")
     expected = harness.run_stdlib(fn)
     for _ in range(ROUNDS):
         assert harness.run_mt(fn, threads) == expected

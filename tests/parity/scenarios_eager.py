@@ -2,7 +2,7 @@
 
 import contextvars
 
-from harness import aobserve, observe, scenario
+from harness import aobserve, observe, scenario, since
 
 
 async def _immediate(log, v):
@@ -49,6 +49,7 @@ async def eager_task_that_suspends_continues_later(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_start_keyword_on_create_task(aio):
     log = []
     t = aio.get_running_loop().create_task(_immediate(log, 2), eager_start=True)
@@ -56,6 +57,7 @@ async def eager_start_keyword_on_create_task(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_start_false_stays_lazy(aio):
     log = []
     t = aio.get_running_loop().create_task(_immediate(log, 3), eager_start=False)
@@ -64,6 +66,7 @@ async def eager_start_false_stays_lazy(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_task_exception_is_stored(aio):
     async def boom():
         raise ValueError("early")
@@ -72,6 +75,7 @@ async def eager_task_exception_is_stored(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_task_current_task_is_itself(aio):
     seen = {}
 
@@ -85,6 +89,7 @@ async def eager_task_current_task_is_itself(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_task_current_task_restored_after_suspend(aio):
     outer = aio.current_task()
     seen = []
@@ -101,6 +106,7 @@ async def eager_task_current_task_restored_after_suspend(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_task_runs_in_its_context(aio):
     var = contextvars.ContextVar("v", default="unset")
     var.set("parent")
@@ -115,6 +121,7 @@ async def eager_task_runs_in_its_context(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_task_with_explicit_context(aio):
     var = contextvars.ContextVar("v", default="unset")
     ctx = contextvars.copy_context()
@@ -128,6 +135,7 @@ async def eager_task_with_explicit_context(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_task_cancelled_during_first_step(aio):
     async def self_cancel():
         aio.current_task().cancel()
@@ -140,6 +148,7 @@ async def eager_task_cancelled_during_first_step(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_task_name_and_not_in_all_tasks_when_done(aio):
     t = aio.get_running_loop().create_task(_immediate([], 0), eager_start=True,
                                            name="eager-one")
@@ -147,6 +156,7 @@ async def eager_task_name_and_not_in_all_tasks_when_done(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_pending_task_is_in_all_tasks(aio):
     ev = aio.Event()
 
@@ -204,6 +214,7 @@ async def create_eager_task_factory_with_custom_constructor(aio):
 
 
 @scenario
+@since(3, 14)
 async def task_factory_receives_keywords(aio):
     got = []
 
@@ -240,6 +251,7 @@ async def task_factory_must_be_callable(aio):
 
 
 @scenario
+@since(3, 14)
 async def eager_tasks_run_in_creation_order_when_finishing_at_once(aio):
     log = []
     loop = aio.get_running_loop()

@@ -1,7 +1,7 @@
 """Scenarios: bad arguments and misuse. Each must raise what stdlib raises
 (type and message), and leave the loop usable."""
 
-from harness import aobserve, observe, scenario
+from harness import aobserve, observe, scenario, since
 
 
 async def _value(aio, v, delay=0):
@@ -20,6 +20,7 @@ async def gather_non_awaitable_argument(aio):
 
 
 @scenario
+@since(3, 14)
 async def gather_rejects_future_of_other_loop(aio):
     import asyncio as stdlib
     other = stdlib.new_event_loop()
