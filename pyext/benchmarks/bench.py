@@ -1,8 +1,9 @@
 """mt_asyncio's benchmark driver: ``bazel run //pyext:bench -- [options]``.
 
-Runs each (backend, workload, threads) cell in a fresh subprocess, one
-warm-up then ``--repeats`` counted runs, and prints one table of medians,
-spreads and ratios against stdlib asyncio measured in the same run. Method:
+Runs every (backend, workload, threads) cell ``--repeats`` times in
+interleaved rounds, each time in a fresh subprocess (one warm-up, one counted
+run), and prints one table of medians, spreads and ratios against stdlib
+asyncio measured in the same run. Method:
 BENCHMARKS.md and docs/benchmarks.md.
 """
 
@@ -140,33 +141,42 @@ def main(argv=None):
     print(f"interpreter: {facts['executable']} (CPython {facts['version']}, "
           f"{'free-threaded' if facts['free_threaded'] else 'GIL build'}, "
           f"GIL {'enabled' if facts['gil_enabled'] else 'disabled'})")
-    print(f"cells: fresh subprocess each, 1 warm-up + {args.repeats} runs, "
-          f"scale {args.scale}; ratio = asyncio median / cell median")
+    print(f"cells: {args.repeats} interleaved rounds, each cell a fresh subprocess "
+          f"per round (1 warm-up + 1 counted run), scale {args.scale}; "
+          f"ratio = asyncio median / cell median")
     print("mt_asyncio rows: mt_asyncio.asyncio, tasks stepped in parallel on the "
           "runtime's workers")
 
     rows = []
     gil_stayed_off = True
     for workload in args.workloads:
-        baseline = None
-        for backend in args.backends:
-            counts = [1] if backend in backends.SINGLE_THREADED else args.threads
-            for threads in counts:
-                cell = spawn_cell(backend, workload, threads, args.scale, args.repeats)
+        cells = [(backend, threads) for backend in args.backends
+                 for threads in ([1] if backend in backends.SINGLE_THREADED
+                                 else args.threads)]
+        times = {c: [] for c in cells}
+        balance = {}
+        # Interleaved: each round runs every cell once (a fresh subprocess,
+        # one warm-up, one counted run), in a rotated order, so drift on a
+        # shared machine lands on every cell alike instead of on whichever
+        # ran last.
+        for r in range(args.repeats):
+            order = cells[r % len(cells):] + cells[:r % len(cells)]
+            for backend, threads in order:
+                cell = spawn_cell(backend, workload, threads, args.scale, 1)
                 gil_stayed_off &= not cell["gil_enabled_after"]
-                median = statistics.median(cell["times"])
-                if backend == "asyncio":
-                    baseline = median
-                rows.append({
-                    "workload": workload, "backend": backend, "threads": threads,
-                    "median": median, "min": min(cell["times"]), "max": max(cell["times"]),
-                    "times": cell["times"], "balance": cell["balance"],
-                    "coroutines": cell["coroutines"],
-                    "ratio": None,
-                })
-        for r in rows:
-            if r["workload"] == workload and baseline:
-                r["ratio"] = baseline / r["median"]
+                times[(backend, threads)] += cell["times"]
+                balance[(backend, threads)] = (cell["balance"], cell["coroutines"])
+        baseline = statistics.median(times[("asyncio", 1)]) if ("asyncio", 1) in times else None
+        for backend, threads in cells:
+            t = times[(backend, threads)]
+            median = statistics.median(t)
+            rows.append({
+                "workload": workload, "backend": backend, "threads": threads,
+                "median": median, "min": min(t), "max": max(t), "times": t,
+                "balance": balance[(backend, threads)][0],
+                "coroutines": balance[(backend, threads)][1],
+                "ratio": baseline / median if baseline else None,
+            })
 
     print()
     print(format_table(rows))
