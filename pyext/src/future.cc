@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "pyext/src/kwargs.h"
+
 namespace mt::pyext {
 namespace {
 
@@ -436,18 +438,8 @@ PyObject* Future_add_done_callback(PyObject* self, PyObject* const* args,
   }
   PyObject* fn = args[0];
   PyObject* context = Py_None;
-  if (kwnames != nullptr) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
-      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
-      if (PyUnicode_CompareWithASCIIString(name, "context") != 0) {
-        PyErr_Format(PyExc_TypeError,
-                     "add_done_callback() got an unexpected keyword "
-                     "argument '%U'",
-                     name);
-        return nullptr;
-      }
-      context = args[nargs + i];
-    }
+  if (ParseContextKeyword("add_done_callback", args + nargs, kwnames, &context) < 0) {
+    return nullptr;
   }
   PyObject* ctx = context == Py_None ? PyContext_CopyCurrent()
                                      : Py_NewRef(context);

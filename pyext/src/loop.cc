@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pyext/src/future.h"
+#include "pyext/src/kwargs.h"
 #include "pyext/src/py_ref.h"
 #include "pyext/src/runtime_holder.h"
 #include "pyext/src/task.h"
@@ -511,17 +512,7 @@ int ParseCall(const char* method, Py_ssize_t fixed, PyObject* const* args,
     return -1;
   }
   PyObject* context = Py_None;
-  if (kwnames != nullptr) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
-      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
-      if (PyUnicode_CompareWithASCIIString(name, "context") != 0) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s() got an unexpected keyword argument '%U'", method, name);
-        return -1;
-      }
-      context = args[nargs + i];
-    }
-  }
+  if (ParseContextKeyword(method, args + nargs, kwnames, &context) < 0) return -1;
   out.callback = args[fixed];
   if (check_callback && CheckCallback(out.callback, method) < 0) return -1;
   out.args = PyTuple_New(nargs - fixed - 1);

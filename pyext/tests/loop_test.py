@@ -125,6 +125,26 @@ def test_many_tasks_all_finish(loop):
     assert run(loop, main()) == list(range(500))
 
 
+def test_many_tasks_awaiting_one_future_on_several_workers(loop):
+    # Regression: every awaiting task used to read and clear the future's
+    # one shared _asyncio_future_blocking flag, so two tasks suspending on
+    # the same future at the same moment on two workers could see it
+    # cleared ("yield was used instead of yield from").
+    async def round_of_waiters():
+        fut = asyncio.get_running_loop().create_future()
+
+        async def waiter():
+            return await fut
+
+        tasks = [asyncio.create_task(waiter()) for _ in range(200)]
+        await asyncio.sleep(0.001)
+        fut.set_result("shared")
+        return await asyncio.gather(*tasks)
+
+    for _ in range(20):
+        assert run(loop, round_of_waiters()) == ["shared"] * 200
+
+
 def test_cancel_a_sleeping_task(loop):
     async def sleeper():
         await asyncio.sleep(30)
