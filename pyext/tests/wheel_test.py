@@ -76,6 +76,30 @@ print("example ok")
     out = subprocess.run([py, "-c", program], check=True, cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)
     assert "example ok" in out.stdout
+    # The seed README's opening example has this shape too: a thousand
+    # coroutines that each sleep 0.1 s, gathered with asyncio.run and the
+    # default thread count. They sleep concurrently: well under a second.
+    sleepers = """
+import time
+import mt_asyncio.asyncio as asyncio
+
+async def doubled_later(n):
+    await asyncio.sleep(0.1)
+    return 2 * n
+
+async def main():
+    return await asyncio.gather(*[doubled_later(k) for k in range(1000)])
+
+start = time.monotonic()
+results = asyncio.run(main())
+took = time.monotonic() - start
+assert results == [2 * k for k in range(1000)], results[:10]
+assert took < 5, took
+print("sleepers ok")
+"""
+    out = subprocess.run([py, "-c", sleepers], check=True, cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert "sleepers ok" in out.stdout
     mtctl = env_dir / "bin" / "mtctl"
     assert os.access(mtctl, os.X_OK)
     out = subprocess.run([str(mtctl), "--help"], check=True, capture_output=True, text=True)
