@@ -53,8 +53,7 @@ thread_local FutureObject* last_awaited = nullptr;
 int ScheduleCallbacks(FutureObject* fut, std::vector<Callback>& cbs) {
   if (cbs.empty()) return 0;
   int rc = 0;
-  std::vector<Callback> python;
-  python.reserve(cbs.size());
+  std::vector<Callback> python;  // Allocates only if there are any.
   for (Callback& cb : cbs) {
     if (cb.native != nullptr) {
       cb.native(cb.fn, fut);

@@ -80,6 +80,9 @@ PyTypeObject* timer_handle_type = nullptr;
 PyObject* str_call_exception_handler = nullptr;
 PyObject* asyncio_logger = nullptr;  // asyncio.log.logger
 PyObject* format_callback_source = nullptr;  // asyncio.format_helpers
+PyObject* set_asyncgen_hooks = nullptr;      // sys.set_asyncgen_hooks
+PyObject* str_asyncgen_firstiter_hook = nullptr;
+PyObject* str_asyncgen_finalizer_hook = nullptr;
 PyObject* set_running_loop = nullptr;  // asyncio.events._set_running_loop
 PyObject* iscoroutine = nullptr;       // asyncio.coroutines.iscoroutine
 PyObject* iscoroutinefunction = nullptr;
@@ -1219,11 +1222,43 @@ bool LoopRunsOnThisThread(PyObject* loop) {
          StateOf(loop)->running_flag.load(std::memory_order_acquire);
 }
 
+// sys.set_asyncgen_hooks is per thread: stdlib sets it on the one thread
+// that runs the loop, so here every worker sets it to the loop whose steps
+// it runs. Without it async generators first iterated in a step would be
+// unknown to shutdown_asyncgens() and closed by the garbage collector with
+// no chance to await in their `finally`.
+int InstallAsyncgenHooks(PyObject* loop) {
+  PyObject* firstiter = nullptr;
+  PyObject* finalizer = nullptr;
+  if (PyObject_GetOptionalAttr(loop, str_asyncgen_firstiter_hook, &firstiter) < 0 ||
+      PyObject_GetOptionalAttr(loop, str_asyncgen_finalizer_hook, &finalizer) < 0) {
+    Py_XDECREF(firstiter);
+    return -1;
+  }
+  int rc = 0;
+  if (firstiter != nullptr && finalizer != nullptr) {  // A bare core Loop has none.
+    PyObject* kwargs = Py_BuildValue("{sOsO}", "firstiter", firstiter, "finalizer",
+                                     finalizer);
+    PyObject* empty = PyTuple_New(0);
+    PyObject* res = kwargs != nullptr && empty != nullptr
+                        ? PyObject_Call(set_asyncgen_hooks, empty, kwargs)
+                        : nullptr;
+    if (res == nullptr) rc = -1;
+    Py_XDECREF(res);
+    Py_XDECREF(empty);
+    Py_XDECREF(kwargs);
+  }
+  Py_XDECREF(firstiter);
+  Py_XDECREF(finalizer);
+  return rc;
+}
+
 int LoopEnterOnWorker(PyObject* loop) {
   if (worker_running_loop == loop) return 0;
   PyObject* res = PyObject_CallOneArg(set_running_loop, loop);
   if (res == nullptr) return -1;
   Py_DECREF(res);
+  if (InstallAsyncgenHooks(loop) < 0) return -1;
   worker_running_loop = loop;
   return 0;
 }
@@ -1276,6 +1311,10 @@ int RegisterLoopTypes(PyObject* module) {
   }
   asyncio_logger = PyObject_GetAttrString(log, "logger");
   Py_DECREF(log);
+  set_asyncgen_hooks = PySys_GetObject("set_asyncgen_hooks");  // Borrowed.
+  Py_XINCREF(set_asyncgen_hooks);
+  str_asyncgen_firstiter_hook = PyUnicode_InternFromString("_asyncgen_firstiter_hook");
+  str_asyncgen_finalizer_hook = PyUnicode_InternFromString("_asyncgen_finalizer_hook");
   PyObject* helpers = PyImport_ImportModule("asyncio.format_helpers");
   if (helpers != nullptr) {
     format_callback_source = PyObject_GetAttrString(helpers, "_format_callback_source");
@@ -1290,7 +1329,9 @@ int RegisterLoopTypes(PyObject* module) {
   Py_DECREF(events);
   Py_DECREF(coroutines);
   if (set_running_loop == nullptr || asyncio_logger == nullptr ||
-      format_callback_source == nullptr || iscoroutine == nullptr ||
+      format_callback_source == nullptr || set_asyncgen_hooks == nullptr ||
+      str_asyncgen_firstiter_hook == nullptr || str_asyncgen_finalizer_hook == nullptr ||
+      iscoroutine == nullptr ||
       iscoroutinefunction == nullptr) {
     return -1;
   }

@@ -412,3 +412,63 @@ async def handle_repr_formats_callback(aio):
     t.cancel()
     reprs.append(re.sub(r"when=[0-9.e+]+", "when=T", repr(t)))
     return reprs
+
+
+# Async generators left open on purpose; kept alive here so that run()'s
+# shutdown_asyncgens, not the garbage collector, is what finalizes them.
+_open_generators = []
+
+
+@scenario
+async def asyncgen_left_open_is_finalized_when_run_ends(aio):
+    log = []
+
+    async def numbers():
+        try:
+            yield 1
+            yield 2
+        finally:
+            log.append("finalized")
+
+    gen = numbers()
+    _open_generators.append(gen)
+    log.append(await gen.__anext__())
+    # run() closes it after this coroutine returns; the harness compares
+    # the log once run() has returned.
+    return log
+
+
+@scenario
+async def asyncgen_finalizer_may_await(aio):
+    log = []
+
+    async def with_async_cleanup():
+        try:
+            yield "first"
+        finally:
+            await aio.sleep(0)
+            log.append("async cleanup done")
+
+    gen = with_async_cleanup()
+    _open_generators.append(gen)
+    log.append(await gen.__anext__())
+    return log
+
+
+@scenario
+async def asyncgen_finalizer_error_goes_to_handler(aio):
+    loop = aio.get_running_loop()
+    seen = []
+    loop.set_exception_handler(lambda lp, ctx: seen.append(
+        (ctx["message"].split(" of ")[0], type(ctx.get("exception")).__name__)))
+
+    async def broken_cleanup():
+        try:
+            yield 1
+        finally:
+            raise ValueError("cleanup failed")
+
+    gen = broken_cleanup()
+    _open_generators.append(gen)
+    await gen.__anext__()
+    return seen
