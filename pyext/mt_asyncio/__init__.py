@@ -21,7 +21,8 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 from . import _core  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["build_info", "runtime_info", "start_runtime", "shutdown_runtime"]
+__all__ = ["build_info", "runtime", "runtime_info", "start_runtime",
+           "shutdown_runtime"]
 
 build_info = _core.build_info
 
@@ -40,6 +41,50 @@ def start_runtime(threads=None, *, blocking_threadpool_size=128,
             raise ValueError(f"threads must be >= 1, got {threads}")
     _core.start_runtime(threads or 0, blocking_threadpool_size,
                         float(blocking_threadpool_idle_ttl))
+
+
+def runtime(threads=None, *, context=False, blocking_threadpool_size=128,
+            blocking_threadpool_idle_ttl=30, signals=None):
+    """Configure the process-wide runtime up front (the seed API).
+
+    Before the runtime runs, this starts it with these settings; once it
+    runs, ``threads`` resizes the worker pool and
+    ``blocking_threadpool_size`` the blocking pool's limit, live. The idle
+    TTL can only be chosen before the runtime starts.
+
+    ``context`` is accepted for the seed API's sake: the loop always runs
+    every task and callback in its contextvars context, as asyncio requires,
+    whatever it says. ``signals`` (signals for the runtime to act on) is not
+    implemented yet; only None or an empty collection is accepted.
+    """
+    if not isinstance(context, bool):
+        raise TypeError(f"context must be a bool, not {type(context).__name__}")
+    if signals is not None and len(tuple(signals)) != 0:
+        raise NotImplementedError(
+            "mt_asyncio.runtime(signals=...) is not implemented yet "
+            "(see docs/compatibility.md)")
+    for name, value in (("blocking_threadpool_size", blocking_threadpool_size),
+                        ("blocking_threadpool_idle_ttl", blocking_threadpool_idle_ttl)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if isinstance(blocking_threadpool_size, float) or blocking_threadpool_size < 1:
+        raise ValueError("blocking_threadpool_size must be an int >= 1, got "
+                         f"{blocking_threadpool_size!r}")
+    if blocking_threadpool_idle_ttl < 0:
+        raise ValueError("blocking_threadpool_idle_ttl must be >= 0, got "
+                         f"{blocking_threadpool_idle_ttl!r}")
+    info = _core.runtime_snapshot()
+    if info["state"] != "running":
+        start_runtime(threads, blocking_threadpool_size=blocking_threadpool_size,
+                      blocking_threadpool_idle_ttl=blocking_threadpool_idle_ttl)
+        return
+    if float(blocking_threadpool_idle_ttl) != float(info["blocking_threadpool_idle_ttl"]):
+        raise RuntimeError("blocking_threadpool_idle_ttl can only be chosen before "
+                           "the runtime starts")
+    if threads is not None:
+        _configure_threads(threads)
+    if blocking_threadpool_size != info["blocking"]["max_threads"]:
+        _core.set_blocking_threads_max(blocking_threadpool_size)
 
 
 def _configure_threads(threads):

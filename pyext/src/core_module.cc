@@ -164,6 +164,16 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       "Resize the running runtime's worker pool live.");
 
   m.def(
+      "set_blocking_threads_max",
+      [](std::size_t max_threads) {
+        absl::Status status = RuntimeHolder::Instance().SetBlockingThreadsMax(max_threads);
+        if (absl::IsInvalidArgument(status)) throw py::value_error(std::string(status.message()));
+        if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+      },
+      py::arg("max_threads"),
+      "Change the running runtime's blocking-pool limit live.");
+
+  m.def(
       "on_worker_thread",
       [] { return RuntimeHolder::Instance().IsWorkerThread(); },
       "True when called on one of the runtime's worker threads.");

@@ -154,6 +154,44 @@ def test_runtime_lifecycle_errors():
         mt_asyncio.start_runtime(1, blocking_threadpool_size=0)
 
 
+def test_runtime_configures_up_front_then_live():
+    mt_asyncio.runtime(threads=3, blocking_threadpool_size=16,
+                       blocking_threadpool_idle_ttl=5, context=True)
+    try:
+        info = mt_asyncio.runtime_info()
+        assert info["state"] == "running"
+        assert info["worker_threads"] == 3
+        assert info["blocking"]["max_threads"] == 16
+        assert info["blocking_threadpool_idle_ttl"] == 5
+        # Running already: workers and the blocking limit change live.
+        mt_asyncio.runtime(threads=2, blocking_threadpool_size=8,
+                           blocking_threadpool_idle_ttl=5)
+        info = mt_asyncio.runtime_info()
+        assert info["worker_threads"] == 2
+        assert info["blocking"]["max_threads"] == 8
+        with pytest.raises(RuntimeError, match="before the runtime starts"):
+            mt_asyncio.runtime(blocking_threadpool_idle_ttl=1)
+
+        async def main():
+            return await mt_aio.gather(*(mt_aio.to_thread(pow, k, 2) for k in range(20)))
+
+        assert mt_aio.run(main()) == [k * k for k in range(20)]
+    finally:
+        mt_asyncio.shutdown_runtime()
+
+
+def test_runtime_rejects_bad_options():
+    import signal
+    for kwargs, exc in [({"threads": 0}, ValueError), ({"context": "yes"}, TypeError),
+                        ({"blocking_threadpool_size": 0}, ValueError),
+                        ({"blocking_threadpool_size": "8"}, TypeError),
+                        ({"blocking_threadpool_idle_ttl": -1}, ValueError),
+                        ({"signals": [signal.SIGTERM]}, NotImplementedError)]:
+        with pytest.raises(exc):
+            mt_asyncio.runtime(**kwargs)
+        assert mt_asyncio.runtime_info()["state"] != "running", kwargs
+
+
 def test_default_thread_count_is_cpus_plus_four():
     import os
     mt_asyncio.start_runtime()
