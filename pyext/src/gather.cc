@@ -1,6 +1,7 @@
 #include "pyext/src/gather.h"
 
 #include <atomic>
+#include <utility>
 #include <vector>
 
 #include "pyext/src/future.h"
@@ -18,8 +19,17 @@ struct GatheringFutureObject {
   FutureObject base;
   PyObject* children;  // list, in argument order (duplicates repeated).
   std::atomic<Py_ssize_t> remaining;  // Distinct children not yet done.
-  std::atomic<bool> cancel_requested;
   bool return_exceptions;
+  // Whether gather() itself was cancelled must be decided exactly when the
+  // last child finishes, but a child may finish (on another worker) while
+  // cancel() is still asking the others. So cancel() registers itself, and
+  // a last child that finishes meanwhile leaves the decision to it. Guarded
+  // by `mu` (zero-initialized is unlocked); never held across a call into
+  // Python.
+  PyMutex mu;
+  int cancels_in_flight;
+  bool cancel_requested;  // Some child took a cancel() of ours.
+  PyObject* deferred_last;  // The last child, if its decision was deferred.
 };
 
 PyTypeObject* gathering_future_type = nullptr;
@@ -131,6 +141,31 @@ PyObject* BuildResults(GatheringFutureObject* g) {
   return results;
 }
 
+// Every child is done: the result list, or the CancelledError of `last`
+// when a cancel() of gather() was taken by some child (propagated whatever
+// return_exceptions says, as stdlib does).
+void Finish(PyObject* outer, PyObject* last, bool cancel_requested) {
+  if (cancel_requested) {
+    PyObject* err = ChildCancelledError(last);
+    if (err == nullptr) {
+      PyErr_WriteUnraisable(outer);
+      return;
+    }
+    Complete(outer, nullptr, err);
+    Py_DECREF(err);
+    return;
+  }
+  PyObject* results = BuildResults(AsGathering(outer));
+  if (results == nullptr) {
+    PyObject* err = PyErr_GetRaisedException();
+    Complete(outer, nullptr, err);
+    Py_DECREF(err);
+    return;
+  }
+  Complete(outer, results, nullptr);
+  Py_DECREF(results);
+}
+
 // A child is done: stdlib's _done_callback, safe when siblings finish on
 // other workers at the same moment.
 void ChildDone(PyObject* outer, PyObject* child) {
@@ -164,26 +199,14 @@ void ChildDone(PyObject* outer, PyObject* child) {
   }
   Py_XDECREF(exc);
   if (!last) return;
-  if (g->cancel_requested.load(std::memory_order_acquire)) {
-    // Cancelling gather() propagates whatever return_exceptions says.
-    PyObject* err = ChildCancelledError(child);
-    if (err == nullptr) {
-      PyErr_WriteUnraisable(outer);
-      return;
-    }
-    Complete(outer, nullptr, err);
-    Py_DECREF(err);
-    return;
-  }
-  PyObject* results = BuildResults(g);
-  if (results == nullptr) {
-    PyObject* err = PyErr_GetRaisedException();
-    Complete(outer, nullptr, err);
-    Py_DECREF(err);
-    return;
-  }
-  Complete(outer, results, nullptr);
-  Py_DECREF(results);
+  bool defer;
+  bool cancel_requested;
+  PyMutex_Lock(&g->mu);
+  defer = g->cancels_in_flight > 0;
+  if (defer) g->deferred_last = Py_NewRef(child);
+  cancel_requested = g->cancel_requested;
+  PyMutex_Unlock(&g->mu);
+  if (!defer) Finish(outer, child, cancel_requested);
 }
 
 void NativeChildDone(PyObject* outer, FutureObject* child) {
@@ -205,27 +228,38 @@ PyObject* Gathering_cancel(PyObject* self, PyObject* args, PyObject* kwargs) {
   }
   GatheringFutureObject* g = AsGathering(self);
   if (FutureIsDone(&g->base)) Py_RETURN_FALSE;
-  // Set before the children are cancelled: a child may finish unwinding on
-  // another worker before cancel() returns, and its callback must already
-  // see the request. Withdrawn below if no child took it.
-  const bool was_requested = g->cancel_requested.exchange(true, std::memory_order_acq_rel);
+  PyMutex_Lock(&g->mu);
+  ++g->cancels_in_flight;
+  PyMutex_Unlock(&g->mu);
   bool any = false;
+  bool failed = false;
   PyObject* children = Py_NewRef(g->children);
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(children); ++i) {
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(children) && !failed; ++i) {
     PyObject* call_args[] = {PyList_GET_ITEM(children, i), msg};
     PyObject* r = PyObject_VectorcallMethod(
         str_cancel, call_args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames_msg);
     const int took = r == nullptr ? -1 : PyObject_IsTrue(r);
     Py_XDECREF(r);
-    if (took < 0) {
-      Py_DECREF(children);
-      if (!was_requested && !any) g->cancel_requested.store(false);
-      return nullptr;
-    }
+    if (took < 0) failed = true;
     any |= took > 0;
   }
   Py_DECREF(children);
-  if (!any && !was_requested) g->cancel_requested.store(false, std::memory_order_release);
+  // Settle: record the outcome, and finish for a last child that completed
+  // while we were asking (its decision waited for ours).
+  PyObject* last = nullptr;
+  bool cancel_requested;
+  PyMutex_Lock(&g->mu);
+  g->cancel_requested |= any;
+  if (--g->cancels_in_flight == 0) last = std::exchange(g->deferred_last, nullptr);
+  cancel_requested = g->cancel_requested;
+  PyMutex_Unlock(&g->mu);
+  if (last != nullptr) {
+    PyObject* saved = failed ? PyErr_GetRaisedException() : nullptr;
+    Finish(self, last, cancel_requested);
+    Py_DECREF(last);
+    if (saved != nullptr) PyErr_SetRaisedException(saved);
+  }
+  if (failed) return nullptr;
   return PyBool_FromLong(any);
 }
 
@@ -234,7 +268,11 @@ PyObject* Gathering_get_children(PyObject* self, void*) {
 }
 
 PyObject* Gathering_get_cancel_requested(PyObject* self, void*) {
-  return PyBool_FromLong(AsGathering(self)->cancel_requested.load());
+  GatheringFutureObject* g = AsGathering(self);
+  PyMutex_Lock(&g->mu);
+  const bool v = g->cancel_requested;
+  PyMutex_Unlock(&g->mu);
+  return PyBool_FromLong(v);
 }
 
 int Gathering_set_cancel_requested(PyObject* self, PyObject* value, void*) {
@@ -244,17 +282,22 @@ int Gathering_set_cancel_requested(PyObject* self, PyObject* value, void*) {
   }
   const int on = PyObject_IsTrue(value);
   if (on < 0) return -1;
-  AsGathering(self)->cancel_requested.store(on != 0);
+  GatheringFutureObject* g = AsGathering(self);
+  PyMutex_Lock(&g->mu);
+  g->cancel_requested = on != 0;
+  PyMutex_Unlock(&g->mu);
   return 0;
 }
 
 int Gathering_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(AsGathering(self)->children);
+  Py_VISIT(AsGathering(self)->deferred_last);
   return FutureType()->tp_traverse(self, visit, arg);
 }
 
 int Gathering_clear(PyObject* self) {
   Py_CLEAR(AsGathering(self)->children);
+  Py_CLEAR(AsGathering(self)->deferred_last);
   return FutureType()->tp_clear(self);
 }
 
@@ -262,6 +305,7 @@ void Gathering_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
   if (PyObject_CallFinalizerFromDealloc(self) < 0) return;
   Py_CLEAR(AsGathering(self)->children);
+  Py_CLEAR(AsGathering(self)->deferred_last);
   PyObject_GC_Track(self);  // The base dealloc untracks again.
   FutureType()->tp_dealloc(self);
 }
@@ -434,7 +478,6 @@ PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
   g->children = children;
   children = nullptr;
   g->remaining.store(static_cast<Py_ssize_t>(distinct.size()));
-  g->cancel_requested.store(false);
   g->return_exceptions = return_exceptions != 0;
   for (PyObject* child : distinct) {
     if (Attach(outer, child) < 0) {

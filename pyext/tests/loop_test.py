@@ -145,6 +145,42 @@ def test_many_tasks_awaiting_one_future_on_several_workers(loop):
         assert run(loop, round_of_waiters()) == ["shared"] * 200
 
 
+def test_gather_cancel_racing_children_finishing_on_other_workers(loop):
+    # Children finish on several workers while the gather is cancelled: if
+    # cancel() said True the gather must end cancelled (stdlib's promise),
+    # whatever return_exceptions says; if it said False every child had
+    # finished and the results are all there. It must never hang.
+    import random
+    rng = random.Random(7)
+
+    async def child(k, spins):
+        for _ in range(spins):
+            await asyncio.sleep(0)
+        return k
+
+    async def one_round(return_exceptions):
+        spins = [rng.randrange(4) for _ in range(50)]
+        g = asyncio.gather(*(child(k, n) for k, n in enumerate(spins)),
+                           return_exceptions=return_exceptions)
+        for _ in range(rng.randrange(4)):
+            await asyncio.sleep(0)
+        took = g.cancel()
+        try:
+            results = await g
+        except asyncio.CancelledError:
+            return "cancelled", took
+        return ("results" if results == list(range(50)) else results), took
+
+    async def rounds():
+        outcomes = []
+        for i in range(200):
+            outcomes.append(await one_round(return_exceptions=bool(i % 2)))
+        return outcomes
+
+    for outcome, took in run(loop, rounds(), timeout=60):
+        assert outcome == ("cancelled" if took else "results")
+
+
 def test_cancel_a_sleeping_task(loop):
     async def sleeper():
         await asyncio.sleep(30)
