@@ -53,6 +53,18 @@ async def aobserve(awaitable):
         return ("raise", type(e).__name__, str(e))
 
 
+async def value_after(aio, v, delay=0):
+    """A coroutine scenarios wrap in tasks: sleeps `delay`, returns `v`."""
+    await aio.sleep(delay)
+    return v
+
+
+async def fail_after(aio, exc, delay=0):
+    """Sleeps `delay`, then raises `exc`."""
+    await aio.sleep(delay)
+    raise exc
+
+
 def run_stdlib(fn):
     return asyncio.run(fn(asyncio))
 

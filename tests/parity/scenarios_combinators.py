@@ -1,21 +1,11 @@
 """Scenarios: gather, wait, wait_for, timeout, shield."""
 
-from harness import aobserve, observe, scenario
-
-
-async def _value(aio, v, delay=0):
-    await aio.sleep(delay)
-    return v
-
-
-async def _fail(aio, exc, delay=0):
-    await aio.sleep(delay)
-    raise exc
+from harness import aobserve, fail_after, observe, scenario, value_after
 
 
 @scenario
 async def gather_results_in_argument_order(aio):
-    return await aio.gather(*(_value(aio, i, 0.001 * (10 - i)) for i in range(10)))
+    return await aio.gather(*(value_after(aio, i, 0.001 * (10 - i)) for i in range(10)))
 
 
 @scenario
@@ -25,18 +15,18 @@ async def gather_empty(aio):
 
 @scenario
 async def gather_same_awaitable_twice(aio):
-    t = aio.create_task(_value(aio, "x"))
+    t = aio.create_task(value_after(aio, "x"))
     return await aio.gather(t, t, t)
 
 
 @scenario
 async def gather_first_exception_propagates(aio):
-    return await aobserve(aio.gather(_value(aio, 1), _fail(aio, ValueError("bad"))))
+    return await aobserve(aio.gather(value_after(aio, 1), fail_after(aio, ValueError("bad"))))
 
 
 @scenario
 async def gather_return_exceptions(aio):
-    res = await aio.gather(_value(aio, 1), _fail(aio, KeyError("k")),
+    res = await aio.gather(value_after(aio, 1), fail_after(aio, KeyError("k")),
                            return_exceptions=True)
     return [res[0], type(res[1]).__name__]
 
@@ -46,7 +36,7 @@ async def gather_child_cancelled(aio):
     async def victim():
         await aio.sleep(10)
     t = aio.create_task(victim())
-    g = aio.gather(t, _value(aio, 2, 0.02))
+    g = aio.gather(t, value_after(aio, 2, 0.02))
     await aio.sleep(0.005)
     t.cancel()
     return (await aobserve(g))[:2]
@@ -57,7 +47,7 @@ async def gather_child_cancelled_return_exceptions(aio):
     async def victim():
         await aio.sleep(10)
     t = aio.create_task(victim())
-    g = aio.gather(t, _value(aio, 2, 0.02), return_exceptions=True)
+    g = aio.gather(t, value_after(aio, 2, 0.02), return_exceptions=True)
     await aio.sleep(0.005)
     t.cancel()
     res = await g
@@ -66,7 +56,7 @@ async def gather_child_cancelled_return_exceptions(aio):
 
 @scenario
 async def gather_outer_cancel_cancels_children(aio):
-    children = [aio.create_task(_value(aio, i, 10)) for i in range(3)]
+    children = [aio.create_task(value_after(aio, i, 10)) for i in range(3)]
     g = aio.gather(*children)
     await aio.sleep(0.005)
     first = g.cancel()
@@ -89,15 +79,15 @@ async def gather_many_children_concurrently(aio):
 
 @scenario
 async def wait_all_completed(aio):
-    ts = [aio.create_task(_value(aio, i, 0.001 * i)) for i in range(5)]
+    ts = [aio.create_task(value_after(aio, i, 0.001 * i)) for i in range(5)]
     done, pending = await aio.wait(ts)
     return [len(done), len(pending), sorted(t.result() for t in done)]
 
 
 @scenario
 async def wait_first_completed(aio):
-    fast = aio.create_task(_value(aio, "fast", 0.001))
-    slow = aio.create_task(_value(aio, "slow", 0.5))
+    fast = aio.create_task(value_after(aio, "fast", 0.001))
+    slow = aio.create_task(value_after(aio, "slow", 0.5))
     done, pending = await aio.wait([fast, slow], return_when=aio.FIRST_COMPLETED)
     slow.cancel()
     return [[t.result() for t in done], len(pending)]
@@ -105,8 +95,8 @@ async def wait_first_completed(aio):
 
 @scenario
 async def wait_first_exception(aio):
-    bad = aio.create_task(_fail(aio, ValueError("x"), 0.001))
-    slow = aio.create_task(_value(aio, "slow", 0.5))
+    bad = aio.create_task(fail_after(aio, ValueError("x"), 0.001))
+    slow = aio.create_task(value_after(aio, "slow", 0.5))
     done, pending = await aio.wait([bad, slow], return_when=aio.FIRST_EXCEPTION)
     slow.cancel()
     return [len(done), len(pending), type(bad.exception()).__name__]
@@ -114,14 +104,14 @@ async def wait_first_exception(aio):
 
 @scenario
 async def wait_first_exception_without_exceptions(aio):
-    ts = [aio.create_task(_value(aio, i, 0.001)) for i in range(3)]
+    ts = [aio.create_task(value_after(aio, i, 0.001)) for i in range(3)]
     done, pending = await aio.wait(ts, return_when=aio.FIRST_EXCEPTION)
     return [len(done), len(pending)]
 
 
 @scenario
 async def wait_timeout_leaves_pending(aio):
-    slow = aio.create_task(_value(aio, "slow", 0.5))
+    slow = aio.create_task(value_after(aio, "slow", 0.5))
     done, pending = await aio.wait([slow], timeout=0.01)
     slow.cancel()
     return [len(done), len(pending)]
@@ -134,7 +124,7 @@ async def wait_argument_errors(aio):
     c = coro()
     out = [(await aobserve(aio.wait([])))[:2],
            (await aobserve(aio.wait([c])))[:2],
-           (await aobserve(aio.wait([aio.create_task(_value(aio, 1))],
+           (await aobserve(aio.wait([aio.create_task(value_after(aio, 1))],
                                     return_when="bogus")))[:2]]
     c.close()
     return out
@@ -142,7 +132,7 @@ async def wait_argument_errors(aio):
 
 @scenario
 async def wait_for_success(aio):
-    return await aio.wait_for(_value(aio, "ok", 0.001), timeout=1)
+    return await aio.wait_for(value_after(aio, "ok", 0.001), timeout=1)
 
 
 @scenario
@@ -161,12 +151,12 @@ async def wait_for_times_out_and_cancels(aio):
 
 @scenario
 async def wait_for_zero_timeout(aio):
-    return (await aobserve(aio.wait_for(_value(aio, 1, 0.5), timeout=0)))[:2]
+    return (await aobserve(aio.wait_for(value_after(aio, 1, 0.5), timeout=0)))[:2]
 
 
 @scenario
 async def wait_for_negative_timeout(aio):
-    return (await aobserve(aio.wait_for(_value(aio, 1, 0.5), timeout=-1)))[:2]
+    return (await aobserve(aio.wait_for(value_after(aio, 1, 0.5), timeout=-1)))[:2]
 
 
 @scenario
@@ -178,7 +168,7 @@ async def wait_for_zero_timeout_on_done_future(aio):
 
 @scenario
 async def wait_for_none_timeout(aio):
-    return await aio.wait_for(_value(aio, "forever ok", 0.01), timeout=None)
+    return await aio.wait_for(value_after(aio, "forever ok", 0.01), timeout=None)
 
 
 @scenario
@@ -282,7 +272,7 @@ async def shield_of_done_future(aio):
 
 @scenario
 async def shield_inner_exception(aio):
-    return (await aobserve(aio.shield(_fail(aio, KeyError("x")))))[:2]
+    return (await aobserve(aio.shield(fail_after(aio, KeyError("x")))))[:2]
 
 
 @scenario
@@ -290,7 +280,7 @@ async def ensure_future_variants(aio):
     loop = aio.get_running_loop()
     fut = loop.create_future()
     same = aio.ensure_future(fut) is fut
-    t = aio.ensure_future(_value(aio, 5))
+    t = aio.ensure_future(value_after(aio, 5))
     r = await t
     bad = observe(aio.ensure_future, 42)[:2]
     fut.cancel()

@@ -1,12 +1,7 @@
 """Scenarios: bad arguments and misuse. Each must raise what stdlib raises
 (type and message), and leave the loop usable."""
 
-from harness import aobserve, observe, scenario, since
-
-
-async def _value(aio, v, delay=0):
-    await aio.sleep(delay)
-    return v
+from harness import aobserve, observe, scenario, since, value_after
 
 
 @scenario
@@ -33,7 +28,7 @@ async def gather_rejects_future_of_other_loop(aio):
 
 @scenario
 async def wait_bad_return_when(aio):
-    t = aio.create_task(_value(aio, 1))
+    t = aio.create_task(value_after(aio, 1))
     r = await aobserve(aio.wait([t], return_when="sometimes"))
     await t
     return r
@@ -52,7 +47,7 @@ async def wait_rejects_single_future(aio):
 
 @scenario
 async def wait_rejects_coroutines(aio):
-    coro = _value(aio, 1)
+    coro = value_after(aio, 1)
     r = await aobserve(aio.wait([coro]))
     coro.close()
     return r[:2]
@@ -175,7 +170,7 @@ async def call_soon_coroutine_function_in_debug(aio):
 @scenario
 async def run_until_complete_while_running(aio):
     loop = aio.get_running_loop()
-    coro = _value(aio, 1)
+    coro = value_after(aio, 1)
     r = observe(loop.run_until_complete, coro)[:2]
     coro.close()
     return r
@@ -188,7 +183,7 @@ async def run_forever_while_running(aio):
 
 @scenario
 async def asyncio_run_inside_running_loop(aio):
-    coro = _value(aio, 1)
+    coro = value_after(aio, 1)
     r = observe(aio.run, coro)[:2]
     coro.close()
     return r
@@ -204,4 +199,4 @@ async def loop_still_usable_after_errors(aio):
     for bad in (lambda: aio.gather(1), lambda: aio.Semaphore(-2),
                 lambda: aio.create_task(None)):
         observe(bad)
-    return await aio.gather(_value(aio, "ok"), _value(aio, "still"))
+    return await aio.gather(value_after(aio, "ok"), value_after(aio, "still"))

@@ -2,17 +2,7 @@
 
 import threading
 
-from harness import aobserve, scenario
-
-
-async def _value(aio, v, delay=0):
-    await aio.sleep(delay)
-    return v
-
-
-async def _fail(aio, exc, delay=0):
-    await aio.sleep(delay)
-    raise exc
+from harness import aobserve, fail_after, scenario, value_after
 
 
 def _group_summary(eg):
@@ -22,7 +12,7 @@ def _group_summary(eg):
 @scenario
 async def taskgroup_collects_results(aio):
     async with aio.TaskGroup() as tg:
-        ts = [tg.create_task(_value(aio, i, 0.001 * (5 - i))) for i in range(5)]
+        ts = [tg.create_task(value_after(aio, i, 0.001 * (5 - i))) for i in range(5)]
     return [t.result() for t in ts]
 
 
@@ -35,7 +25,7 @@ async def taskgroup_error_cancels_siblings(aio):
         async with aio.TaskGroup() as tg:
             for _ in range(3):
                 siblings.append(tg.create_task(sibling()))
-            tg.create_task(_fail(aio, ValueError("first"), 0.005))
+            tg.create_task(fail_after(aio, ValueError("first"), 0.005))
     except BaseExceptionGroup as eg:
         return [_group_summary(eg), sum(t.cancelled() for t in siblings),
                 aio.current_task().cancelling()]
@@ -47,8 +37,8 @@ async def taskgroup_two_errors(aio):
     # ordering asyncio does not promise: observe only what is certain.
     try:
         async with aio.TaskGroup() as tg:
-            tg.create_task(_fail(aio, ValueError("a")))
-            tg.create_task(_fail(aio, KeyError("b")))
+            tg.create_task(fail_after(aio, ValueError("a")))
+            tg.create_task(fail_after(aio, KeyError("b")))
     except BaseExceptionGroup as eg:
         names = {type(e).__name__ for e in eg.exceptions}
         return [type(eg).__name__, bool(names), names <= {"ValueError", "KeyError"}]
@@ -58,7 +48,7 @@ async def taskgroup_two_errors(aio):
 async def taskgroup_body_error(aio):
     try:
         async with aio.TaskGroup() as tg:
-            tg.create_task(_value(aio, 1, 10))
+            tg.create_task(value_after(aio, 1, 10))
             await aio.sleep(0)
             raise ZeroDivisionError()
     except BaseExceptionGroup as eg:
@@ -69,8 +59,8 @@ async def taskgroup_body_error(aio):
 async def taskgroup_nested(aio):
     async def inner_group():
         async with aio.TaskGroup() as tg:
-            a = tg.create_task(_value(aio, "a"))
-            b = tg.create_task(_value(aio, "b", 0.001))
+            a = tg.create_task(value_after(aio, "a"))
+            b = tg.create_task(value_after(aio, "b", 0.001))
         return a.result() + b.result()
     async with aio.TaskGroup() as tg:
         x = tg.create_task(inner_group())
@@ -82,7 +72,7 @@ async def taskgroup_nested(aio):
 async def taskgroup_create_task_after_exit(aio):
     async with aio.TaskGroup() as tg:
         pass
-    coro = _value(aio, 1)
+    coro = value_after(aio, 1)
     try:
         tg.create_task(coro)
     except RuntimeError as e:
@@ -93,7 +83,7 @@ async def taskgroup_create_task_after_exit(aio):
 async def taskgroup_create_task_before_enter(aio):
     tg = aio.TaskGroup()
     try:
-        tg.create_task(_value(aio, 1))
+        tg.create_task(value_after(aio, 1))
     except RuntimeError as e:
         return ["RuntimeError", "not been entered" in str(e)]
 
@@ -104,7 +94,7 @@ async def taskgroup_late_create_task_while_exiting(aio):
     async with aio.TaskGroup() as tg:
         async def spawner():
             await aio.sleep(0.005)
-            t = tg.create_task(_value(aio, "late"))
+            t = tg.create_task(value_after(aio, "late"))
             results.append(await t)
         tg.create_task(spawner())
     return results
@@ -116,7 +106,7 @@ async def taskgroup_parent_cancelled_from_outside(aio):
 
     async def body():
         async with aio.TaskGroup() as tg:
-            tg.create_task(_value(aio, 1, 10))
+            tg.create_task(value_after(aio, 1, 10))
             started.set_result(None)
             await aio.sleep(10)
     t = aio.create_task(body())
@@ -129,13 +119,13 @@ async def taskgroup_parent_cancelled_from_outside(aio):
 @scenario
 async def taskgroup_many_tasks(aio):
     async with aio.TaskGroup() as tg:
-        ts = [tg.create_task(_value(aio, i)) for i in range(200)]
+        ts = [tg.create_task(value_after(aio, i)) for i in range(200)]
     return sum(t.result() for t in ts)
 
 
 @scenario
 async def as_completed_async_for(aio):
-    ts = [aio.create_task(_value(aio, i, 0.002 * i)) for i in range(4)]
+    ts = [aio.create_task(value_after(aio, i, 0.002 * i)) for i in range(4)]
     seen = []
     async for t in aio.as_completed(ts):
         seen.append(await t)
@@ -145,14 +135,14 @@ async def as_completed_async_for(aio):
 @scenario
 async def as_completed_plain_iteration(aio):
     out = []
-    for aw in aio.as_completed([_value(aio, "x", 0.001), _value(aio, "y")]):
+    for aw in aio.as_completed([value_after(aio, "x", 0.001), value_after(aio, "y")]):
         out.append(await aw)
     return sorted(out)
 
 
 @scenario
 async def as_completed_timeout(aio):
-    slow = aio.create_task(_value(aio, "slow", 1))
+    slow = aio.create_task(value_after(aio, "slow", 1))
     out = []
     try:
         for aw in aio.as_completed([slow], timeout=0.01):
@@ -181,7 +171,7 @@ async def run_coroutine_threadsafe_from_foreign_threads(aio):
     lock = threading.Lock()
 
     def foreign(i):
-        cf = aio.run_coroutine_threadsafe(_value(aio, i, 0.001), loop)
+        cf = aio.run_coroutine_threadsafe(value_after(aio, i, 0.001), loop)
         r = cf.result(timeout=10)
         with lock:
             results.append(r)
@@ -197,7 +187,7 @@ async def run_coroutine_threadsafe_exception(aio):
     loop = aio.get_running_loop()
 
     def foreign():
-        cf = aio.run_coroutine_threadsafe(_fail(aio, KeyError("far")), loop)
+        cf = aio.run_coroutine_threadsafe(fail_after(aio, KeyError("far")), loop)
         try:
             cf.result(timeout=10)
         except KeyError:

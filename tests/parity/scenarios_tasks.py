@@ -4,17 +4,12 @@ current_task/all_tasks, and what a task may and may not yield."""
 import contextvars
 import types
 
-from harness import aobserve, observe, scenario
-
-
-async def _value(aio, v, delay=0):
-    await aio.sleep(delay)
-    return v
+from harness import aobserve, observe, scenario, value_after
 
 
 @scenario
 async def task_default_name_pattern(aio):
-    t = aio.create_task(_value(aio, 1))
+    t = aio.create_task(value_after(aio, 1))
     name = t.get_name()
     await t
     return [name.startswith("Task-"), name[5:].isdigit()]
@@ -22,7 +17,7 @@ async def task_default_name_pattern(aio):
 
 @scenario
 async def task_set_name_converts_to_str(aio):
-    t = aio.create_task(_value(aio, 1), name=123)
+    t = aio.create_task(value_after(aio, 1), name=123)
     first = t.get_name()
     t.set_name(("a", 1))
     second = t.get_name()
@@ -50,7 +45,7 @@ async def task_cancel_before_first_step(aio):
 
 @scenario
 async def task_cancel_done_task_returns_false(aio):
-    t = aio.create_task(_value(aio, 1))
+    t = aio.create_task(value_after(aio, 1))
     await t
     return [t.cancel(), t.cancelling(), t.result()]
 
@@ -96,7 +91,7 @@ async def task_uncancel_brings_count_down(aio):
 
 @scenario
 async def task_uncancel_at_zero_stays_zero(aio):
-    t = aio.create_task(_value(aio, 1))
+    t = aio.create_task(value_after(aio, 1))
     r = [t.uncancel(), t.cancelling()]
     await t
     return r
@@ -104,7 +99,7 @@ async def task_uncancel_at_zero_stays_zero(aio):
 
 @scenario
 async def task_cancel_message_in_cancelled_error(aio):
-    t = aio.create_task(_value(aio, 1, 10))
+    t = aio.create_task(value_after(aio, 1, 10))
     await aio.sleep(0.002)
     t.cancel(msg="bye")
     try:
@@ -219,7 +214,7 @@ async def sleep_cancelled(aio):
 async def ensure_future_on_awaitable_object(aio):
     class Awaitable:
         def __await__(self):
-            return _value(aio, "awaited").__await__()
+            return value_after(aio, "awaited").__await__()
 
     fut = aio.ensure_future(Awaitable())
     return [aio.isfuture(fut), await fut]
@@ -229,7 +224,7 @@ async def ensure_future_on_awaitable_object(aio):
 async def ensure_future_returns_future_unchanged(aio):
     fut = aio.get_running_loop().create_future()
     fut.set_result(1)
-    t = aio.create_task(_value(aio, 2))
+    t = aio.create_task(value_after(aio, 2))
     r = [aio.ensure_future(fut) is fut, aio.ensure_future(t) is t]
     await t
     return r
@@ -265,7 +260,7 @@ async def all_tasks_lists_pending_only(aio):
         await ev.wait()
 
     pending = [aio.create_task(wait_ev()) for _ in range(5)]
-    done = aio.create_task(_value(aio, 1))
+    done = aio.create_task(value_after(aio, 1))
     await done
     await aio.sleep(0)
     listed = aio.all_tasks()
@@ -278,7 +273,7 @@ async def all_tasks_lists_pending_only(aio):
 
 @scenario
 async def all_tasks_after_everything_finished(aio):
-    tasks = [aio.create_task(_value(aio, i)) for i in range(10)]
+    tasks = [aio.create_task(value_after(aio, i)) for i in range(10)]
     await aio.gather(*tasks)
     return aio.all_tasks() == {aio.current_task()}
 
@@ -287,14 +282,14 @@ async def all_tasks_after_everything_finished(aio):
 async def task_done_callback_sees_result(aio):
     loop = aio.get_running_loop()
     got = loop.create_future()
-    t = aio.create_task(_value(aio, "res"))
+    t = aio.create_task(value_after(aio, "res"))
     t.add_done_callback(lambda task: got.set_result([task.done(), task.result()]))
     return await got
 
 
 @scenario
 async def task_result_before_done_raises(aio):
-    t = aio.create_task(_value(aio, 1, 0.01))
+    t = aio.create_task(value_after(aio, 1, 0.01))
     r = observe(t.result)[:2]
     await t
     return r
@@ -319,7 +314,7 @@ async def task_print_stack_to_file(aio):
 
 @scenario
 async def task_repr_mentions_name_and_state(aio):
-    t = aio.create_task(_value(aio, 1), name="repr-me")
+    t = aio.create_task(value_after(aio, 1), name="repr-me")
     await t
     r = repr(t)
     return ["repr-me" in r, "finished" in r, "result=1" in r]
