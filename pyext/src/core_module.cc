@@ -100,11 +100,19 @@ py::dict SnapshotToDict(const runtime::admin::RuntimeSnapshot& snap) {
   return d;
 }
 
+// An admin call's failure as the exception a Python caller expects: bad
+// arguments are ValueError, anything else (not running, ...) RuntimeError.
+void ThrowIfError(const absl::Status& status) {
+  if (absl::IsInvalidArgument(status)) throw py::value_error(std::string(status.message()));
+  if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+}
+
 }  // namespace
 }  // namespace mt::pyext
 
 PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   using mt::pyext::RuntimeHolder;
+  using mt::pyext::ThrowIfError;
   m.doc() = "mt_asyncio's native core: the C++ runtime and its Python glue.";
 
   m.def("build_info", &mt::pyext::BuildInfo,
@@ -156,9 +164,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   m.def(
       "resize_workers",
       [](std::size_t workers) {
-        absl::Status status = RuntimeHolder::Instance().ResizeWorkers(workers);
-        if (absl::IsInvalidArgument(status)) throw py::value_error(std::string(status.message()));
-        if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+        ThrowIfError(RuntimeHolder::Instance().ResizeWorkers(workers));
       },
       py::arg("workers"),
       "Resize the running runtime's worker pool live.");
@@ -166,9 +172,7 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   m.def(
       "set_blocking_threads_max",
       [](std::size_t max_threads) {
-        absl::Status status = RuntimeHolder::Instance().SetBlockingThreadsMax(max_threads);
-        if (absl::IsInvalidArgument(status)) throw py::value_error(std::string(status.message()));
-        if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+        ThrowIfError(RuntimeHolder::Instance().SetBlockingThreadsMax(max_threads));
       },
       py::arg("max_threads"),
       "Change the running runtime's blocking-pool limit live.");

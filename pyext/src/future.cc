@@ -408,21 +408,9 @@ PyObject* Future_cancel(PyObject* self, PyObject* args, PyObject* kwargs) {
                                    const_cast<char**>(kwlist), &msg)) {
     return nullptr;
   }
-  FutureObject* fut = AsFuture(self);
-  bool cancelled = false;
-  std::vector<Callback> cbs;
-  Py_BEGIN_CRITICAL_SECTION(self);
-  if (fut->state == FutureState::kPending) {
-    fut->state = FutureState::kCancelled;
-    fut->log_traceback = false;
-    Py_XSETREF(fut->cancel_msg, Py_NewRef(msg));
-    cbs = TakeCallbacksLocked(fut);
-    cancelled = true;
-  }
-  Py_END_CRITICAL_SECTION();
-  if (!cancelled) Py_RETURN_FALSE;
-  if (ScheduleCallbacks(fut, cbs) < 0) return nullptr;
-  Py_RETURN_TRUE;
+  const int rc = FutureCancel(AsFuture(self), msg);
+  if (rc < 0) return nullptr;
+  return PyBool_FromLong(rc);
 }
 
 PyObject* Future_add_done_callback(PyObject* self, PyObject* const* args,

@@ -61,6 +61,17 @@ void Complete(PyObject* outer, PyObject* result, PyObject* exc) {
   }
 }
 
+// Completes `outer` with the exception `err` (stolen). A null `err` means
+// building it failed: that error goes to sys.unraisablehook.
+void Fail(PyObject* outer, PyObject* err) {
+  if (err == nullptr) {
+    PyErr_WriteUnraisable(outer);
+    return;
+  }
+  Complete(outer, nullptr, err);
+  Py_DECREF(err);
+}
+
 // A child's outcome without raising: cancelled, or its exception (marked
 // retrieved), or its result. Works for foreign futures through their
 // methods. 0, or -1 with an error.
@@ -146,20 +157,12 @@ PyObject* BuildResults(GatheringFutureObject* g) {
 // return_exceptions says, as stdlib does).
 void Finish(PyObject* outer, PyObject* last, bool cancel_requested) {
   if (cancel_requested) {
-    PyObject* err = ChildCancelledError(last);
-    if (err == nullptr) {
-      PyErr_WriteUnraisable(outer);
-      return;
-    }
-    Complete(outer, nullptr, err);
-    Py_DECREF(err);
+    Fail(outer, ChildCancelledError(last));
     return;
   }
   PyObject* results = BuildResults(AsGathering(outer));
   if (results == nullptr) {
-    PyObject* err = PyErr_GetRaisedException();
-    Complete(outer, nullptr, err);
-    Py_DECREF(err);
+    Fail(outer, PyErr_GetRaisedException());
     return;
   }
   Complete(outer, results, nullptr);
@@ -187,13 +190,7 @@ void ChildDone(PyObject* outer, PyObject* child) {
     if (cancelled || exc != nullptr) {
       // A child's cancellation is raised in the awaiting task, not taken
       // as gather() itself being cancelled (stdlib's choice too).
-      PyObject* err = cancelled ? ChildCancelledError(child) : exc;
-      if (err == nullptr) {
-        PyErr_WriteUnraisable(outer);
-        return;
-      }
-      Complete(outer, nullptr, err);
-      Py_DECREF(err);
+      Fail(outer, cancelled ? ChildCancelledError(child) : exc);
       return;
     }
   }
@@ -346,7 +343,9 @@ PyType_Spec gathering_spec = {
 
 // ensure_future(arg, loop=loop) with the common cases in C: our futures as
 // they are, native coroutines wrapped by our loop's create_task.
-PyObject* EnsureFuture(PyObject* arg, PyObject* loop) {
+// `overrides` caches LoopOverridesCreateTask(loop) for one gather() call
+// (-2: not asked yet).
+PyObject* EnsureFuture(PyObject* arg, PyObject* loop, int& overrides) {
   if (IsOurFuture(arg)) {
     PyObject* fut_loop = reinterpret_cast<FutureObject*>(arg)->loop;
     if (loop != Py_None && fut_loop != loop) {
@@ -357,7 +356,12 @@ PyObject* EnsureFuture(PyObject* arg, PyObject* loop) {
     }
     return Py_NewRef(arg);
   }
-  if (PyCoro_CheckExact(arg) && IsLoop(loop)) return LoopCreateTask(loop, arg);
+  if (PyCoro_CheckExact(arg) && IsLoop(loop)) {
+    if (overrides == -2) overrides = LoopOverridesCreateTask(loop);
+    if (overrides < 0) return nullptr;
+    return overrides == 0 ? LoopCreateTaskCore(loop, arg)
+                          : PyObject_CallMethod(loop, "create_task", "O", arg);
+  }
   PyObject* call_args[] = {arg, loop};
   return PyObject_Vectorcall(ensure_future, call_args, 1, kwnames_loop);
 }
@@ -429,6 +433,7 @@ PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
   PyObject* children = PyList_New(nargs);
   PyObject* arg_to_fut = PyDict_New();
   std::vector<PyObject*> distinct;  // Borrowed from `children`.
+  int overrides_create_task = -2;
   distinct.reserve(nargs);
   auto fail = [&]() -> PyObject* {
     Py_XDECREF(children);
@@ -442,7 +447,7 @@ PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
     PyObject* fut;
     if (PyDict_GetItemRef(arg_to_fut, arg, &fut) < 0) return fail();
     if (fut == nullptr) {
-      fut = EnsureFuture(arg, loop);
+      fut = EnsureFuture(arg, loop, overrides_create_task);
       if (fut == nullptr) return fail();
       if (loop == Py_None) {
         PyObject* l = LoopOf(fut);

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "pyext/src/future.h"
 #include "pyext/src/kwargs.h"
 #include "pyext/src/py_ref.h"
@@ -967,8 +968,11 @@ PyObject* Loop_create_task(PyObject* self, PyObject* const* args, Py_ssize_t nar
   if (factory != nullptr) return CallFactory313(self, factory, args[0], args + nargs, kwnames);
 #endif
   if (factory != nullptr) {
+    // factory(self, coro, **kwargs): self goes in front of our arguments.
+    // create_task takes at most a few keywords, so the common case needs
+    // no allocation (an eager factory makes every task through here).
     const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
-    std::vector<PyObject*> call_args(2 + nkw);
+    absl::InlinedVector<PyObject*, 6> call_args(2 + nkw);
     call_args[0] = self;
     call_args[1] = args[0];
     for (Py_ssize_t i = 0; i < nkw; ++i) call_args[2 + i] = args[1 + i];
@@ -1145,8 +1149,8 @@ void LoopRegisterTask(PyObject* loop, PyObject* task, TaskLink* link) {
   shard.head.prev = link;
 }
 
-void LoopUnregisterTask(PyObject* loop, PyObject* task, TaskLink* link) {
-  auto& shard = StateOf(loop)->ShardFor(task);
+void LoopUnregisterTask(PyObject* loop, TaskLink* link) {
+  auto& shard = StateOf(loop)->ShardFor(link->owner);
   std::lock_guard<std::mutex> lock(shard.mu);
   if (link->next == nullptr) return;  // Not registered.
   link->prev->next = link->next;
@@ -1154,13 +1158,16 @@ void LoopUnregisterTask(PyObject* loop, PyObject* task, TaskLink* link) {
   link->prev = link->next = nullptr;
 }
 
-PyObject* LoopCreateTask(PyObject* loop, PyObject* coro) {
+int LoopOverridesCreateTask(PyObject* loop) {
   PyObject* method = PyObject_GetAttr(reinterpret_cast<PyObject*>(Py_TYPE(loop)),
                                       str_create_task);
-  if (method == nullptr) return nullptr;
+  if (method == nullptr) return -1;
   const bool ours = method == create_task_descr;
   Py_DECREF(method);
-  if (!ours) return PyObject_CallMethodOneArg(loop, str_create_task, coro);
+  return ours ? 0 : 1;
+}
+
+PyObject* LoopCreateTaskCore(PyObject* loop, PyObject* coro) {
   PyObject* arg[] = {coro};
   return Loop_create_task(loop, arg, 1, nullptr);
 }

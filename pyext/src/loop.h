@@ -37,11 +37,15 @@ struct TaskLink {
   PyObject* owner = nullptr;  // Borrowed.
 };
 void LoopRegisterTask(PyObject* loop, PyObject* task, TaskLink* link);
-void LoopUnregisterTask(PyObject* loop, PyObject* task, TaskLink* link);
+void LoopUnregisterTask(PyObject* loop, TaskLink* link);
 
-// loop.create_task(coro), without a Python call when the loop's type does
-// not override create_task. New reference, or nullptr with an error.
-PyObject* LoopCreateTask(PyObject* loop, PyObject* coro);
+// Whether `loop`'s type overrides create_task (1), or LoopCreateTaskCore
+// may stand in for loop.create_task(coro) (0); -1 on error. One type
+// lookup: callers making many tasks ask once.
+int LoopOverridesCreateTask(PyObject* loop);
+// The core's create_task(coro), without a Python call. New reference, or
+// nullptr with an error.
+PyObject* LoopCreateTaskCore(PyObject* loop, PyObject* coro);
 
 // Eager start: if `loop` is running on this thread, claims `unit` (idle,
 // never scheduled) and runs its first step right here, then returns true;

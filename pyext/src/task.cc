@@ -62,10 +62,6 @@ constexpr bool kTellAsyncio = PY_VERSION_HEX >= 0x030E0000;
 TaskObject* AsTask(PyObject* o) { return reinterpret_cast<TaskObject*>(o); }
 PyObject* AsObj(TaskObject* t) { return reinterpret_cast<PyObject*>(t); }
 
-void Unregister(PyObject* task) {
-  TaskObject* t = AsTask(task);
-  LoopUnregisterTask(t->base.loop, task, &t->registry_link);
-}
 
 bool StepTask(PyObject* self);
 
@@ -91,14 +87,14 @@ class TaskUnit final : public rt_task::Task {
     check.Done(task_);
     if (!done) return false;
     PyObject* task = std::exchange(task_, nullptr);
-    Unregister(task);
+    LoopUnregisterTask(loop_, &AsTask(task)->registry_link);
     Py_DECREF(task);
     return true;
   }
   void OnCancel() override {
     // The runtime or a closed loop dropped the step unrun.
     PyObject* task = std::exchange(task_, nullptr);
-    if (task != nullptr) Unregister(task);
+    if (task != nullptr) LoopUnregisterTask(loop_, &AsTask(task)->registry_link);
     DecRefAnyThread(task);
   }
 
