@@ -43,27 +43,22 @@ def interpreter_facts():
     return facts
 
 
-def run_cell(backend, workload, threads, scale, repeats):
-    """Runs in the child process: one warm-up, then `repeats` timed runs."""
+def run_cell(backend, workload, threads, scale):
+    """Runs in the child process: one warm-up run, then one timed run."""
     run = backends.BACKENDS[backend]
     make = workloads.WORKLOADS[workload]
-    times, balance, coroutines = [], None, 0
-    for i in range(repeats + 1):
-        factories = make(scale)
-        coroutines = len(factories)
-        start = time.perf_counter()
-        counts = run(factories, threads)
-        elapsed = time.perf_counter() - start
-        if i > 0:  # The first run is the warm-up.
-            times.append(elapsed)
-            balance = counts
-    return {"times": times, "balance": balance, "coroutines": coroutines,
+    run(make(scale), threads)  # Warm-up.
+    factories = make(scale)
+    start = time.perf_counter()
+    balance = run(factories, threads)
+    elapsed = time.perf_counter() - start
+    return {"time": elapsed, "balance": balance, "coroutines": len(factories),
             "gil_enabled_after": _gil_enabled()}
 
 
-def spawn_cell(backend, workload, threads, scale, repeats):
+def spawn_cell(backend, workload, threads, scale):
     cmd = [sys.executable, os.path.abspath(__file__), "--cell",
-           json.dumps([backend, workload, threads, scale, repeats])]
+           json.dumps([backend, workload, threads, scale])]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"cell {backend}/{workload}/{threads} failed:\n{proc.stderr}")
@@ -162,9 +157,9 @@ def main(argv=None):
         for r in range(args.repeats):
             order = cells[r % len(cells):] + cells[:r % len(cells)]
             for backend, threads in order:
-                cell = spawn_cell(backend, workload, threads, args.scale, 1)
+                cell = spawn_cell(backend, workload, threads, args.scale)
                 gil_stayed_off &= not cell["gil_enabled_after"]
-                times[(backend, threads)] += cell["times"]
+                times[(backend, threads)].append(cell["time"])
                 balance[(backend, threads)] = (cell["balance"], cell["coroutines"])
         baseline = statistics.median(times[("asyncio", 1)]) if ("asyncio", 1) in times else None
         for backend, threads in cells:

@@ -45,34 +45,27 @@ def _count(base, scale):
     return max(1, int(base * scale))
 
 
-def mixed(scale):
-    """32 tasks x 4 steps; each step yields with sleep(0), then burns CPU."""
-    steps = 4
-    iterations = _count(1_500_000, scale)
-
+def _steps_with_cpu(kernel, iterations):
+    """32 tasks x 4 steps; each step yields with sleep(0), then runs
+    `kernel(iterations)`."""
     async def one_task(aio):
         acc = 0
-        for _ in range(steps):
+        for _ in range(4):
             await aio.sleep(0)
-            acc ^= burn(iterations)
+            acc ^= kernel(iterations)
         return acc
 
     return [one_task] * 32
+
+
+def mixed(scale):
+    """32 tasks x 4 steps; each step yields with sleep(0), then burns CPU."""
+    return _steps_with_cpu(burn, _count(1_500_000, scale))
 
 
 def mixed_alloc(scale):
     """mixed with the allocating kernel (a third of the iterations)."""
-    steps = 4
-    iterations = _count(500_000, scale)
-
-    async def one_task(aio):
-        acc = 0
-        for _ in range(steps):
-            await aio.sleep(0)
-            acc ^= burn_allocating(iterations)
-        return acc
-
-    return [one_task] * 32
+    return _steps_with_cpu(burn_allocating, _count(500_000, scale))
 
 
 def churn(scale):
