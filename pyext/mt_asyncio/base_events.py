@@ -125,11 +125,8 @@ class EventLoop(_core.Loop, events.AbstractEventLoop):
 
     # --- futures and tasks ---------------------------------------------------
 
-    def create_future(self):
-        return _core.Future(loop=self)
-
-    # create_task, set_task_factory and get_task_factory are the C++ core's
-    # (pyext/src/loop.cc): create_task is on every hot path.
+    # create_future, create_task, set_task_factory and get_task_factory are
+    # the C++ core's (pyext/src/loop.cc): they are on every hot path.
 
     # --- executors -----------------------------------------------------------
 

@@ -332,19 +332,9 @@ bool IsPending(PyObject* self) {
 }
 
 PyObject* Future_set_result(PyObject* self, PyObject* result) {
-  FutureObject* fut = AsFuture(self);
-  FutureState was;
-  std::vector<Callback> cbs;
-  Py_BEGIN_CRITICAL_SECTION(self);
-  was = fut->state;
-  if (was == FutureState::kPending) {
-    fut->result = Py_NewRef(result);
-    fut->state = FutureState::kFinished;
-    cbs = TakeCallbacksLocked(fut);
-  }
-  Py_END_CRITICAL_SECTION();
-  if (was != FutureState::kPending) return InvalidState();
-  if (ScheduleCallbacks(fut, cbs) < 0) return nullptr;
+  const int rc = FutureTrySetResult(AsFuture(self), result);
+  if (rc < 0) return nullptr;
+  if (rc == 0) return InvalidState();
   Py_RETURN_NONE;
 }
 
@@ -746,17 +736,8 @@ PyObject* FutureIter_iternext(PyObject* self) {
     case PYGEN_NEXT:
       return out;
     case PYGEN_RETURN:
-      if (out == Py_None) {
-        Py_DECREF(out);
-        PyErr_SetNone(PyExc_StopIteration);
-      } else {
-        PyObject* stop = PyObject_CallOneArg(PyExc_StopIteration, out);
-        Py_DECREF(out);
-        if (stop != nullptr) {
-          PyErr_SetObject(PyExc_StopIteration, stop);
-          Py_DECREF(stop);
-        }
-      }
+      SetStopIterationValue(out);
+      Py_DECREF(out);
       return nullptr;
     default:
       return nullptr;
@@ -769,35 +750,8 @@ PyObject* FutureIter_send(PyObject* self, PyObject*) {
 }
 
 PyObject* FutureIter_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs < 1 || nargs > 3) {
-    PyErr_SetString(PyExc_TypeError, "throw() takes 1 to 3 arguments");
-    return nullptr;
-  }
-  auto* it = reinterpret_cast<FutureIterObject*>(self);
-  Py_CLEAR(it->future);
-  PyObject* type = args[0];
-  PyObject* value = nargs > 1 ? args[1] : Py_None;
-  if (PyExceptionInstance_Check(type)) {
-    if (value != Py_None) {
-      PyErr_SetString(PyExc_TypeError,
-                      "instance exception may not have a separate value");
-      return nullptr;
-    }
-    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(type)), type);
-    return nullptr;
-  }
-  if (PyExceptionClass_Check(type)) {
-    PyObject* exc = value == Py_None ? PyObject_CallNoArgs(type)
-                    : PyExceptionInstance_Check(value) ? Py_NewRef(value)
-                                                        : PyObject_CallOneArg(type, value);
-    if (exc == nullptr) return nullptr;
-    PyErr_SetObject(type, exc);
-    Py_DECREF(exc);
-    return nullptr;
-  }
-  PyErr_SetString(PyExc_TypeError,
-                  "exceptions must be classes deriving BaseException or "
-                  "instances of such a class");
+  Py_CLEAR(reinterpret_cast<FutureIterObject*>(self)->future);
+  RaiseThrowArguments(args, nargs);
   return nullptr;
 }
 
@@ -990,8 +944,35 @@ PyObject* FutureCancelMessage(FutureObject* fut) {
   return msg != nullptr ? msg : Py_NewRef(Py_None);
 }
 
+FutureState FutureCurrentState(FutureObject* fut) {
+  FutureState state;
+  Py_BEGIN_CRITICAL_SECTION(fut);
+  state = fut->state;
+  Py_END_CRITICAL_SECTION();
+  return state;
+}
+
+PyObject* FutureAwaitIter(FutureObject* fut) {
+  return Future_iter(reinterpret_cast<PyObject*>(fut));
+}
+
 bool FutureIsDone(FutureObject* fut) {
   return !IsPending(reinterpret_cast<PyObject*>(fut));
+}
+
+int FutureTrySetResult(FutureObject* fut, PyObject* result) {
+  bool set = false;
+  std::vector<Callback> cbs;
+  Py_BEGIN_CRITICAL_SECTION(fut);
+  if (fut->state == FutureState::kPending) {
+    fut->result = Py_NewRef(result);
+    fut->state = FutureState::kFinished;
+    cbs = TakeCallbacksLocked(fut);
+    set = true;
+  }
+  Py_END_CRITICAL_SECTION();
+  if (!set) return 0;
+  return ScheduleCallbacks(fut, cbs) < 0 ? -1 : 1;
 }
 
 int FutureSetResult(FutureObject* fut, PyObject* result) {
@@ -999,6 +980,56 @@ int FutureSetResult(FutureObject* fut, PyObject* result) {
   if (r == nullptr) return -1;
   Py_DECREF(r);
   return 0;
+}
+
+PyObject* FutureCreate(PyObject* loop) {
+  auto* fut = reinterpret_cast<FutureObject*>(Future_new(future_type, nullptr, nullptr));
+  if (fut == nullptr) return nullptr;
+  fut->loop = Py_NewRef(loop);
+  return reinterpret_cast<PyObject*>(fut);
+}
+
+void SetStopIterationValue(PyObject* value) {
+  if (value == Py_None) {
+    PyErr_SetNone(PyExc_StopIteration);
+    return;
+  }
+  // Wrapped in an instance: a tuple or an exception as the value must not
+  // be taken for StopIteration's constructor arguments.
+  PyObject* stop = PyObject_CallOneArg(PyExc_StopIteration, value);
+  if (stop == nullptr) return;
+  PyErr_SetObject(PyExc_StopIteration, stop);
+  Py_DECREF(stop);
+}
+
+void RaiseThrowArguments(PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 3) {
+    PyErr_SetString(PyExc_TypeError, "throw() takes 1 to 3 arguments");
+    return;
+  }
+  PyObject* type = args[0];
+  PyObject* value = nargs > 1 ? args[1] : Py_None;
+  if (PyExceptionInstance_Check(type)) {
+    if (value != Py_None) {
+      PyErr_SetString(PyExc_TypeError,
+                      "instance exception may not have a separate value");
+      return;
+    }
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(type)), type);
+    return;
+  }
+  if (PyExceptionClass_Check(type)) {
+    PyObject* exc = value == Py_None ? PyObject_CallNoArgs(type)
+                    : PyExceptionInstance_Check(value) ? Py_NewRef(value)
+                                                        : PyObject_CallOneArg(type, value);
+    if (exc == nullptr) return;
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+    return;
+  }
+  PyErr_SetString(PyExc_TypeError,
+                  "exceptions must be classes deriving BaseException or "
+                  "instances of such a class");
 }
 
 int FutureSetException(FutureObject* fut, PyObject* exc) {

@@ -78,18 +78,33 @@ int FutureGetOutcome(FutureObject* fut, bool* cancelled, PyObject** result,
 // if none).
 PyObject* FutureCancelMessage(FutureObject* fut);
 bool FutureIsDone(FutureObject* fut);
+FutureState FutureCurrentState(FutureObject* fut);
+// `fut.__await__()`: the iterator an `await fut` drives. New reference.
+PyObject* FutureAwaitIter(FutureObject* fut);
 // True if `fut` is what this thread's last `await` on one of our futures
 // yielded (and forgets it). A task step asks this instead of relying on
 // asyncio's _asyncio_future_blocking flag alone: that flag lives on the
 // future, and tasks on several workers awaiting one future at once would
 // clear it under each other.
 bool FutureTakeAwaitMarker(PyObject* fut);
-// Completes a pending future; false if it was not pending (no error set).
-// -1 on error.
+// Completes a pending future: 0, or -1 with an error set (InvalidStateError
+// if it was not pending).
 int FutureSetResult(FutureObject* fut, PyObject* result);
+// Completes `fut` if it is still pending: 1 if this call completed it, 0 if
+// it was done already (no error set), -1 on error. Wakers that may race a
+// concurrent cancel() use this.
+int FutureTrySetResult(FutureObject* fut, PyObject* result);
 int FutureSetException(FutureObject* fut, PyObject* exc);
 // Returns 1 if cancelled now, 0 if it was done, -1 on error.
 int FutureCancel(FutureObject* fut, PyObject* msg);
+// A new pending mt_asyncio Future of `loop`, as Future(loop=loop) would
+// make it, without parsing arguments. New reference.
+PyObject* FutureCreate(PyObject* loop);
+// Ends an iterator's __next__ with `return value` (StopIteration(value)).
+void SetStopIterationValue(PyObject* value);
+// Raises what `throw(*args)` on a generator would raise into its frame
+// (the 1-to-3-argument form); always returns with an error set.
+void RaiseThrowArguments(PyObject* const* args, Py_ssize_t nargs);
 // Builds the CancelledError for a cancelled future (new reference).
 PyObject* FutureMakeCancelledError(FutureObject* fut);
 // Module-level references to asyncio's exception classes.

@@ -951,6 +951,8 @@ PyObject* CallFactory313(PyObject* self, PyObject* factory, PyObject* coro,
 // create_task(coro, *, name=None, context=None, eager_start=None, **kwargs):
 // the task factory gets every keyword as given (3.14 rules); without one,
 // our Task is built directly.
+PyObject* Loop_create_future(PyObject* self, PyObject*) { return FutureCreate(self); }
+
 PyObject* Loop_create_task(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
                            PyObject* kwnames) {
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -1072,6 +1074,8 @@ PyMethodDef loop_methods[] = {
     {"_run_blocking",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Loop_run_blocking)),
      METH_FASTCALL, "Run func(*args) on the runtime's blocking pool into a future."},
+    {"create_future", Loop_create_future, METH_NOARGS,
+     "A new Future attached to this loop."},
     {"create_task", FASTCALL_KW(Loop_create_task), METH_FASTCALL | METH_KEYWORDS,
      "Wrap a coroutine in a Task scheduled on this loop."},
     {"set_task_factory", Loop_set_task_factory, METH_O,
