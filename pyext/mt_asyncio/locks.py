@@ -1,27 +1,22 @@
 """Synchronization primitives that are correct when their users run on
 several worker threads at once.
 
-The algorithms are asyncio's (FIFO waiters, no barging past a woken waiter,
-cancel-safe hand-over), but every synchronous section that touches shared
-state — the flags, the counters and the waiter queue — runs under the
-object's own ``threading.Lock``. A waiter's future is completed outside that
-lock. Nothing here holds the lock across an await.
+Lock, Semaphore, BoundedSemaphore and Event are the C++ types of
+``_core`` (pyext/src/locks.cc): their state and FIFO of waiters are under a
+per-object mutex, and acquire()/wait()/``async with`` run without a Python
+frame. The algorithms are asyncio's (FIFO waiters, no barging past a woken
+waiter, a cancelled waiter passes its turn on). Condition and Barrier are
+built on Lock here; their own waiter lists are under a ``threading.Lock``,
+and waiters are completed outside it. Nothing holds a lock across an await.
 """
 
 import collections
 import threading
 from asyncio import events, exceptions
 
+from . import _core
+
 __all__ = ["Lock", "Event", "Condition", "Semaphore", "BoundedSemaphore", "Barrier"]
-
-
-class _ContextManagerMixin:
-    async def __aenter__(self):
-        await self.acquire()
-        return None
-
-    async def __aexit__(self, exc_type, exc, tb):
-        self.release()
 
 
 def _wake(fut, value=True):
@@ -36,111 +31,28 @@ def _wake(fut, value=True):
     return True
 
 
-class Lock(_ContextManagerMixin):
+def _describe(obj, extra):
+    waiters = obj._waiters
+    if waiters:
+        extra = f"{extra}, waiters:{len(waiters)}"
+    return f"<{object.__repr__(obj)[1:-1]} [{extra}]>"
+
+
+class Lock(_core.Lock):
     """A mutex for tasks: acquire() waits in FIFO order."""
 
-    def __init__(self):
-        self._mutex = threading.Lock()
-        self._locked = False
-        self._waiters = collections.deque()
-
     def __repr__(self):
-        extra = "locked" if self._locked else "unlocked"
-        if self._waiters:
-            extra = f"{extra}, waiters:{len(self._waiters)}"
-        return f"<{self.__class__.__name__} [{extra}]>"
-
-    def locked(self):
-        return self._locked
-
-    async def acquire(self):
-        loop = events.get_running_loop()
-        with self._mutex:
-            # Free, and nobody queued ahead of us who is still waiting.
-            if not self._locked and all(w.cancelled() for w in self._waiters):
-                self._locked = True
-                return True
-            fut = loop.create_future()
-            self._waiters.append(fut)
-        try:
-            await fut
-        except BaseException:
-            with self._mutex:
-                self._waiters.remove(fut)
-                # Woken but cancelled before taking it: pass the turn on.
-                nxt = self._first_waiter_locked() if not self._locked else None
-            if nxt is not None:
-                _wake(nxt)
-            raise
-        # Leaving the queue and taking the lock are one step: in between, a
-        # newcomer on another worker would see a free lock and no waiter.
-        with self._mutex:
-            self._waiters.remove(fut)
-            self._locked = True
-        return True
-
-    def release(self):
-        with self._mutex:
-            if not self._locked:
-                raise RuntimeError("Lock is not acquired.")
-            self._locked = False
-            nxt = self._first_waiter_locked()
-        if nxt is not None:
-            _wake(nxt)
-
-    def _first_waiter_locked(self):
-        for fut in self._waiters:
-            if not fut.done():
-                return fut
-        return None
+        return _describe(self, "locked" if self.locked() else "unlocked")
 
 
-class Event:
+class Event(_core.Event):
     """A flag tasks can wait for."""
 
-    def __init__(self):
-        self._mutex = threading.Lock()
-        self._waiters = collections.deque()
-        self._value = False
-
     def __repr__(self):
-        extra = "set" if self._value else "unset"
-        if self._waiters:
-            extra = f"{extra}, waiters:{len(self._waiters)}"
-        return f"<{self.__class__.__name__} [{extra}]>"
-
-    def is_set(self):
-        return self._value
-
-    def set(self):
-        with self._mutex:
-            if self._value:
-                return
-            self._value = True
-            waiters = list(self._waiters)
-        for fut in waiters:
-            _wake(fut)
-
-    def clear(self):
-        with self._mutex:
-            self._value = False
-
-    async def wait(self):
-        loop = events.get_running_loop()
-        with self._mutex:
-            if self._value:
-                return True
-            fut = loop.create_future()
-            self._waiters.append(fut)
-        try:
-            await fut
-            return True
-        finally:
-            with self._mutex:
-                self._waiters.remove(fut)
+        return _describe(self, "set" if self.is_set() else "unset")
 
 
-class Condition(_ContextManagerMixin):
+class Condition:
     """Tasks wait for a notification while holding an associated Lock."""
 
     def __init__(self, lock=None):
@@ -154,10 +66,14 @@ class Condition(_ContextManagerMixin):
         self._waiters = collections.deque()
 
     def __repr__(self):
-        extra = "locked" if self.locked() else "unlocked"
-        if self._waiters:
-            extra = f"{extra}, waiters:{len(self._waiters)}"
-        return f"<{self.__class__.__name__} [{extra}]>"
+        return _describe(self, "locked" if self.locked() else "unlocked")
+
+    async def __aenter__(self):
+        await self.acquire()
+        return None
+
+    async def __aexit__(self, exc_type, exc, tb):
+        self.release()
 
     async def wait(self):
         if not self.locked():
@@ -229,91 +145,21 @@ class Condition(_ContextManagerMixin):
         self.notify(len(self._waiters))
 
 
-class Semaphore(_ContextManagerMixin):
+class Semaphore(_core.Semaphore):
     """A counter of permits; acquire() waits in FIFO order when none is
     left."""
 
-    def __init__(self, value=1):
-        if value < 0:
-            raise ValueError("Semaphore initial value must be >= 0")
-        self._mutex = threading.Lock()
-        self._waiters = collections.deque()
-        self._value = value
+    def __repr__(self):
+        extra = "locked" if self.locked() else f"unlocked, value:{self._value}"
+        return _describe(self, extra)
+
+
+class BoundedSemaphore(_core.BoundedSemaphore):
+    """A Semaphore that refuses to be released above its initial value."""
 
     def __repr__(self):
         extra = "locked" if self.locked() else f"unlocked, value:{self._value}"
-        if self._waiters:
-            extra = f"{extra}, waiters:{len(self._waiters)}"
-        return f"<{self.__class__.__name__} [{extra}]>"
-
-    def locked(self):
-        with self._mutex:
-            return self._value == 0 or any(not w.cancelled() for w in self._waiters)
-
-    async def acquire(self):
-        loop = events.get_running_loop()
-        with self._mutex:
-            if self._value > 0 and all(w.cancelled() for w in self._waiters):
-                self._value -= 1
-                return True
-            fut = loop.create_future()
-            self._waiters.append(fut)
-        try:
-            try:
-                await fut
-            finally:
-                with self._mutex:
-                    self._waiters.remove(fut)
-        except exceptions.CancelledError:
-            # Woken (a permit was reserved for us) but cancelled: give the
-            # permit back to the next waiter.
-            if fut.done() and not fut.cancelled():
-                with self._mutex:
-                    self._value += 1
-            self._wake_next()
-            raise
-        return True
-
-    def release(self):
-        with self._mutex:
-            self._check_release_locked()
-            self._value += 1
-        self._wake_next()
-
-    def _check_release_locked(self):
-        pass
-
-    def _wake_next(self):
-        # Hand a permit to the first live waiter; the permit is taken out of
-        # the counter here, under the lock, so a newcomer cannot take it.
-        while True:
-            with self._mutex:
-                if self._value <= 0:
-                    return
-                nxt = None
-                for fut in self._waiters:
-                    if not fut.done():
-                        nxt = fut
-                        break
-                if nxt is None:
-                    return
-                self._value -= 1
-            if _wake(nxt):
-                return
-            with self._mutex:
-                self._value += 1  # It was cancelled meanwhile; try the next.
-
-
-class BoundedSemaphore(Semaphore):
-    """A Semaphore that refuses to be released above its initial value."""
-
-    def __init__(self, value=1):
-        self._bound_value = value
-        super().__init__(value)
-
-    def _check_release_locked(self):
-        if self._value >= self._bound_value:
-            raise ValueError("BoundedSemaphore released too many times")
+        return _describe(self, extra)
 
 
 class _BarrierState:
@@ -339,7 +185,7 @@ class Barrier:
         extra = f"{self._state}"
         if not self.broken:
             extra += f", waiters:{self.n_waiting}/{self.parties}"
-        return f"<{self.__class__.__name__} [{extra}]>"
+        return f"<{object.__repr__(self)[1:-1]} [{extra}]>"
 
     async def __aenter__(self):
         return await self.wait()

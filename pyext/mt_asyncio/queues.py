@@ -1,46 +1,56 @@
 """Queue, LifoQueue and PriorityQueue safe for producers and consumers on
 several worker threads, with asyncio's shutdown() semantics.
 
-The items, the waiter queues and the unfinished-task count are under the
-queue's own ``threading.Lock``; waiters are woken outside it, and a woken
-waiter that was cancelled before it could act passes its turn on.
+The queue itself is the C++ ``_core.Queue`` (pyext/src/queues.cc): items,
+waiting getters and putters and the unfinished-task count are under one
+per-queue mutex, and get()/put()/join() run without a Python frame. Queue
+and LifoQueue keep their items in C++. A subclass that defines its own
+``_init``/``_put``/``_get`` (asyncio's subclassing contract, which
+PriorityQueue uses) gets them called instead, under the queue's mutex.
 """
 
 import collections
 import heapq
-import threading
-from asyncio import events
 from asyncio.queues import QueueEmpty, QueueFull, QueueShutDown
 
-from . import locks
+from . import _core
 
 __all__ = ["Queue", "PriorityQueue", "LifoQueue", "QueueFull", "QueueEmpty",
            "QueueShutDown"]
 
+_STORAGE_METHODS = ("_init", "_put", "_get")
 
-class Queue:
+
+class Queue(_core.Queue):
     """A FIFO queue for tasks; maxsize <= 0 means unbounded."""
 
-    def __init__(self, maxsize=0):
-        self._maxsize = maxsize
-        self._mutex = threading.Lock()
-        self._getters = collections.deque()
-        self._putters = collections.deque()
-        self._unfinished_tasks = 0
-        self._finished = locks.Event()
-        self._finished.set()
-        self._is_shutdown = False
-        self._init(maxsize)
+    # "fifo"/"lifo": items kept in C++; None: the class's _init/_put/_get.
+    _native_storage = "fifo"
 
-    # Overridden by LifoQueue and PriorityQueue.
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if ("_native_storage" not in cls.__dict__
+                and any(name in cls.__dict__ for name in _STORAGE_METHODS)):
+            cls._native_storage = None
+
+    # asyncio's storage hooks, used when a subclass overrides only some of
+    # them (the others then work on this deque).
     def _init(self, maxsize):
         self._queue = collections.deque()
+
+    def _put(self, item):
+        self._queue.append(item)
 
     def _get(self):
         return self._queue.popleft()
 
-    def _put(self, item):
-        self._queue.append(item)
+    def __getattr__(self, name):
+        # asyncio exposes the items as `_queue`; with native storage that
+        # is a snapshot.
+        if name == "_queue" and type(self)._native_storage is not None:
+            return collections.deque(self._items())
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __repr__(self):
         return f"<{type(self).__name__} at {id(self):#x} {self._format()}>"
@@ -49,8 +59,8 @@ class Queue:
         return f"<{type(self).__name__} {self._format()}>"
 
     def _format(self):
-        result = f"maxsize={self._maxsize!r}"
-        if getattr(self, "_queue", None):
+        result = f"maxsize={self.maxsize!r}"
+        if self._queue:
             result += f" _queue={list(self._queue)!r}"
         if self._getters:
             result += f" _getters[{len(self._getters)}]"
@@ -62,154 +72,11 @@ class Queue:
             result += " shutdown"
         return result
 
-    def qsize(self):
-        return len(self._queue)
-
-    @property
-    def maxsize(self):
-        return self._maxsize
-
-    def empty(self):
-        return not self._queue
-
-    def full(self):
-        return 0 < self._maxsize <= self.qsize()
-
-    @staticmethod
-    def _pop_live(waiters):
-        # Called under the mutex: the first waiter not yet done, removed.
-        while waiters:
-            w = waiters.popleft()
-            if not w.done():
-                return w
-        return None
-
-    def _put_locked(self, item):
-        self._put(item)
-        self._unfinished_tasks += 1
-        self._finished.clear()
-        return self._pop_live(self._getters)
-
-    async def put(self, item):
-        """Put an item, waiting while the queue is full."""
-        loop = events.get_running_loop()
-        while True:
-            with self._mutex:
-                if self._is_shutdown:
-                    raise QueueShutDown
-                if not self.full():
-                    getter = self._put_locked(item)
-                    break
-                putter = loop.create_future()
-                self._putters.append(putter)
-            try:
-                await putter
-            except BaseException:
-                putter.cancel()
-                with self._mutex:
-                    try:
-                        self._putters.remove(putter)
-                    except ValueError:
-                        pass  # A getter popped it to wake it.
-                    nxt = (self._pop_live(self._putters)
-                           if not self.full() and not self._is_shutdown else None)
-                if nxt is not None:
-                    locks._wake(nxt, None)
-                raise
-        if getter is not None:
-            locks._wake(getter, None)
-
-    def put_nowait(self, item):
-        """Put an item now; QueueFull if there is no room."""
-        with self._mutex:
-            if self._is_shutdown:
-                raise QueueShutDown
-            if self.full():
-                raise QueueFull
-            getter = self._put_locked(item)
-        if getter is not None:
-            locks._wake(getter, None)
-
-    async def get(self):
-        """Remove and return an item, waiting while the queue is empty."""
-        loop = events.get_running_loop()
-        while True:
-            with self._mutex:
-                if self._queue:
-                    item = self._get()
-                    putter = self._pop_live(self._putters)
-                    break
-                if self._is_shutdown:
-                    raise QueueShutDown
-                getter = loop.create_future()
-                self._getters.append(getter)
-            try:
-                await getter
-            except BaseException:
-                getter.cancel()
-                with self._mutex:
-                    try:
-                        self._getters.remove(getter)
-                    except ValueError:
-                        pass  # A putter popped it to wake it.
-                    nxt = self._pop_live(self._getters) if self._queue else None
-                if nxt is not None:
-                    locks._wake(nxt, None)
-                raise
-        if putter is not None:
-            locks._wake(putter, None)
-        return item
-
-    def get_nowait(self):
-        """Remove and return an item now; QueueEmpty if there is none."""
-        with self._mutex:
-            if not self._queue:
-                if self._is_shutdown:
-                    raise QueueShutDown
-                raise QueueEmpty
-            item = self._get()
-            putter = self._pop_live(self._putters)
-        if putter is not None:
-            locks._wake(putter, None)
-        return item
-
-    def task_done(self):
-        """One item taken earlier is fully processed."""
-        with self._mutex:
-            if self._unfinished_tasks <= 0:
-                raise ValueError("task_done() called too many times")
-            self._unfinished_tasks -= 1
-            finished = self._unfinished_tasks == 0
-        if finished:
-            self._finished.set()
-
-    async def join(self):
-        """Wait until every item put has been marked done."""
-        if self._unfinished_tasks > 0:
-            await self._finished.wait()
-
-    def shutdown(self, immediate=False):
-        """Refuse new items; wake every blocked put(). With `immediate`,
-        also drop what is queued and wake every blocked get()."""
-        with self._mutex:
-            self._is_shutdown = True
-            if immediate:
-                while self._queue:
-                    self._get()
-                    if self._unfinished_tasks > 0:
-                        self._unfinished_tasks -= 1
-            finished = self._unfinished_tasks == 0
-            waiters = list(self._getters) + list(self._putters)
-            self._getters.clear()
-            self._putters.clear()
-        if immediate and finished:
-            self._finished.set()
-        for w in waiters:
-            locks._wake(w, None)
-
 
 class PriorityQueue(Queue):
     """Lowest item first (heapq order)."""
+
+    _native_storage = None
 
     def _init(self, maxsize):
         self._queue = []
@@ -224,11 +91,4 @@ class PriorityQueue(Queue):
 class LifoQueue(Queue):
     """Last in, first out."""
 
-    def _init(self, maxsize):
-        self._queue = []
-
-    def _put(self, item):
-        self._queue.append(item)
-
-    def _get(self):
-        return self._queue.pop()
+    _native_storage = "lifo"

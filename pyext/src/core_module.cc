@@ -17,7 +17,9 @@
 
 #include "pyext/src/future.h"
 #include "pyext/src/gather.h"
+#include "pyext/src/locks.h"
 #include "pyext/src/loop.h"
+#include "pyext/src/queues.h"
 #include "pyext/src/task.h"
 #include "pyext/src/runtime_holder.h"
 #include "runtime/admin/admin_api.h"
@@ -185,7 +187,9 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   if (mt::pyext::RegisterFutureType(m.ptr()) < 0 ||
       mt::pyext::RegisterLoopTypes(m.ptr()) < 0 ||
       mt::pyext::RegisterTaskType(m.ptr()) < 0 ||
-      mt::pyext::RegisterGather(m.ptr()) < 0) {
+      mt::pyext::RegisterGather(m.ptr()) < 0 ||
+      mt::pyext::RegisterLockTypes(m.ptr()) < 0 ||
+      mt::pyext::RegisterQueueType(m.ptr()) < 0) {
     throw py::error_already_set();
   }
 

@@ -234,3 +234,127 @@ async def condition_shares_lock(aio):
     cond = aio.Condition(lock)
     async with lock:
         return [cond.locked(), lock.locked()]
+
+
+# --- acquire()/wait() as coroutines, hand-over edge cases ---------------------------------
+
+
+@scenario
+async def primitive_waits_are_coroutines_for_create_task(aio):
+    lock, sem, ev = aio.Lock(), aio.Semaphore(1), aio.Event()
+    kinds = []
+    for make in (lock.acquire, sem.acquire, ev.wait):
+        c = make()
+        kinds.append(aio.iscoroutine(c))
+        c.close()
+    ev.set()
+    got = [await aio.create_task(lock.acquire()), await aio.create_task(sem.acquire()),
+           await aio.ensure_future(ev.wait())]
+    return [kinds, got, lock.locked(), sem.locked()]
+
+
+@scenario
+async def primitive_wait_does_nothing_until_awaited(aio):
+    lock = aio.Lock()
+    pending = lock.acquire()
+    before = lock.locked()
+    got = await pending
+    return [before, got, lock.locked()]
+
+
+@scenario
+async def primitive_awaiting_one_acquire_twice(aio):
+    lock = aio.Lock()
+    c = lock.acquire()
+    await c
+    second = await aobserve(c)
+    return [second, lock.locked()]
+
+
+@scenario
+async def lock_woken_waiter_cancelled_before_running_hands_on(aio):
+    lock = aio.Lock()
+    await lock.acquire()
+    got = []
+
+    async def waiter(i):
+        async with lock:
+            got.append(i)
+    a = aio.create_task(waiter("a"))
+    while _nwaiters(lock) < 1:
+        await aio.sleep(0.001)
+    b = aio.create_task(waiter("b"))
+    while _nwaiters(lock) < 2:
+        await aio.sleep(0.001)
+    lock.release()  # Wakes a...
+    a.cancel()      # ...which is cancelled before it can take the lock.
+    ra = await aobserve(a)
+    await aio.wait_for(b, 5)
+    return [ra[:2], got, lock.locked(), _nwaiters(lock)]
+
+
+@scenario
+async def semaphore_woken_waiter_cancelled_returns_permit(aio):
+    sem = aio.Semaphore(1)
+    await sem.acquire()
+    a = aio.create_task(sem.acquire())
+    while _nwaiters(sem) < 1:
+        await aio.sleep(0.001)
+    b = aio.create_task(sem.acquire())
+    while _nwaiters(sem) < 2:
+        await aio.sleep(0.001)
+    sem.release()
+    a.cancel()
+    ra = await aobserve(a)
+    rb = await aio.wait_for(b, 5)
+    return [ra[:2], rb, sem._value, sem.locked(), _nwaiters(sem)]
+
+
+@scenario
+async def semaphore_newcomer_queues_behind_woken_waiter(aio):
+    sem = aio.Semaphore(1)
+    await sem.acquire()
+    order = []
+
+    async def take(i):
+        async with sem:
+            order.append(i)
+    a = aio.create_task(take("first"))
+    while _nwaiters(sem) < 1:
+        await aio.sleep(0.001)
+    sem.release()
+    # The permit is a's now, though a has not run yet.
+    late = [sem.locked(), sem._value]
+    await take("newcomer")
+    await a
+    return [late, order, sem._value]
+
+
+@scenario
+async def primitive_wait_for_timeouts_leave_no_waiter(aio):
+    lock, sem, ev = aio.Lock(), aio.Semaphore(0), aio.Event()
+    await lock.acquire()
+    outcomes = [await aobserve(aio.wait_for(w, 0.01))
+                for w in (lock.acquire(), sem.acquire(), ev.wait())]
+    lock.release()
+    sem.release()
+    return [[o[:2] for o in outcomes], _nwaiters(lock), _nwaiters(sem), _nwaiters(ev),
+            lock.locked(), sem._value, await aio.wait_for(lock.acquire(), 5)]
+
+
+@scenario
+async def primitive_bad_constructor_arguments(aio):
+    return [observe(aio.Semaphore, "x")[:2], observe(aio.BoundedSemaphore, -2)[:2],
+            observe(aio.Event, 1)[:2], observe(aio.Lock, 1)[:2],
+            observe(aio.Semaphore, value=4)[0]]
+
+
+@scenario
+async def primitive_reprs(aio):
+    lock, sem, ev = aio.Lock(), aio.BoundedSemaphore(2), aio.Event()
+    await lock.acquire()
+    await sem.acquire()
+    ev.set()
+    # Drop the "<module.Class object at 0x...": the module differs by design.
+    return [repr(x).rsplit(" [", 1)[1] for x in (lock, sem, ev)] + [
+        repr(lock).split(" object at ")[0].rsplit(".", 1)[1]]

@@ -1,0 +1,615 @@
+#include "pyext/src/queues.h"
+
+#include <cstddef>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "pyext/src/future.h"
+#include "pyext/src/waiters.h"
+
+namespace mt::pyext {
+namespace {
+
+PyTypeObject* queue_type = nullptr;
+PyObject* queue_empty = nullptr;     // asyncio.QueueEmpty
+PyObject* queue_full = nullptr;      // asyncio.QueueFull
+PyObject* queue_shut_down = nullptr;  // asyncio.QueueShutDown
+PyObject* str_put = nullptr;
+PyObject* str_get = nullptr;
+PyObject* str_init = nullptr;
+PyObject* str_queue = nullptr;
+PyObject* str_native_storage = nullptr;
+PyObject* str_lifo = nullptr;
+
+enum class Storage : unsigned char { kFifo, kLifo, kCustom };
+
+struct QueueObject {
+  PyObject_HEAD
+  PyMutex mu;
+  Storage storage;
+  bool is_shutdown;
+  Py_ssize_t maxsize;
+  Py_ssize_t unfinished;
+  // Heap-allocated: the object's memory comes from tp_alloc.
+  std::deque<PyObject*>* items;  // kFifo/kLifo storage (strong references).
+  WaiterQueue* getters;
+  WaiterQueue* putters;
+  WaiterQueue* joiners;
+};
+
+QueueObject* AsQueue(PyObject* o) { return reinterpret_cast<QueueObject*>(o); }
+
+// --- storage (under the mutex) -------------------------------------------------------
+
+// The number of items, or -1 with an error (custom storage only).
+Py_ssize_t SizeLocked(QueueObject* q) {
+  if (q->storage != Storage::kCustom) return static_cast<Py_ssize_t>(q->items->size());
+  PyObject* storage = PyObject_GetAttr(reinterpret_cast<PyObject*>(q), str_queue);
+  if (storage == nullptr) return -1;
+  const Py_ssize_t n = PyObject_Size(storage);
+  Py_DECREF(storage);
+  return n;
+}
+
+// 1 full, 0 not, -1 error.
+int FullLocked(QueueObject* q) {
+  if (q->maxsize <= 0) return 0;
+  const Py_ssize_t n = SizeLocked(q);
+  if (n < 0) return -1;
+  return n >= q->maxsize ? 1 : 0;
+}
+
+int PutItemLocked(QueueObject* q, PyObject* item) {
+  if (q->storage != Storage::kCustom) {
+    q->items->push_back(Py_NewRef(item));
+    return 0;
+  }
+  PyObject* r = PyObject_CallMethodOneArg(reinterpret_cast<PyObject*>(q), str_put, item);
+  if (r == nullptr) return -1;
+  Py_DECREF(r);  // _put's None.
+  return 0;
+}
+
+// Removes the next item (new reference), or nullptr with an error. The
+// queue is known not to be empty.
+PyObject* GetItemLocked(QueueObject* q) {
+  switch (q->storage) {
+    case Storage::kFifo: {
+      PyObject* item = q->items->front();
+      q->items->pop_front();
+      return item;
+    }
+    case Storage::kLifo: {
+      PyObject* item = q->items->back();
+      q->items->pop_back();
+      return item;
+    }
+    case Storage::kCustom:
+      break;
+  }
+  return PyObject_CallMethodNoArgs(reinterpret_cast<PyObject*>(q), str_get);
+}
+
+// One get: 1 with *item (new reference) and the next putter to wake in
+// `after`; 0 if empty (after.raise is QueueShutDown when shut down); -1 on
+// error.
+int TakeLocked(QueueObject* q, PyObject** item, AfterUnlock& after) {
+  const Py_ssize_t n = SizeLocked(q);
+  if (n < 0) return -1;
+  if (n == 0) {
+    if (q->is_shutdown) after.raise = queue_shut_down;
+    return 0;
+  }
+  *item = GetItemLocked(q);
+  if (*item == nullptr) return -1;
+  after.wake = q->putters->PopFirstPending(after.discard);
+  return 1;
+}
+
+// One put: 1 stored (the next getter to wake in `after`), 0 full, -1 error
+// (after.raise is QueueShutDown once shut down).
+int StoreLocked(QueueObject* q, PyObject* item, AfterUnlock& after) {
+  if (q->is_shutdown) {
+    after.raise = queue_shut_down;
+    return -1;
+  }
+  const int full = FullLocked(q);
+  if (full != 0) return full < 0 ? -1 : 0;
+  if (PutItemLocked(q, item) < 0) return -1;
+  ++q->unfinished;  // join() waits again (asyncio clears its _finished event).
+  after.wake = q->getters->PopFirstPending(after.discard);
+  return 1;
+}
+
+// --- get(), put(), join() as awaiters --------------------------------------------------
+
+int GetTryLocked(AwaiterObject* aw, AfterUnlock& after) {
+  PyObject* item = nullptr;
+  const int rc = TakeLocked(AsQueue(aw->owner), &item, after);
+  if (rc == 0 && after.raise != nullptr) return -1;
+  if (rc == 1) {
+    after.drop_items.push_back(aw->value);  // Not dropped under the mutex.
+    aw->value = item;
+  }
+  return rc;
+}
+
+int PutTryLocked(AwaiterObject* aw, AfterUnlock& after) {
+  return StoreLocked(AsQueue(aw->owner), aw->arg, after);
+}
+
+int JoinTryLocked(AwaiterObject* aw, AfterUnlock&) {
+  return AsQueue(aw->owner)->unfinished == 0 ? 1 : 0;
+}
+
+int GetStart(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  return AwaiterTryOrQueue(aw, &q->mu, q->getters, GetTryLocked);
+}
+
+int PutStart(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  return AwaiterTryOrQueue(aw, &q->mu, q->putters, PutTryLocked);
+}
+
+int JoinStart(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  return AwaiterTryOrQueue(aw, &q->mu, q->joiners, JoinTryLocked);
+}
+
+// A getter or putter is woken to look again, not handed an item or a slot:
+// another task may have taken it first, and then it queues again.
+int GetWoken(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  {
+    Guard g(&q->mu);
+    q->getters->Remove(aw->fut);  // Normally popped by the waker already.
+  }
+  Py_CLEAR(aw->fut);
+  return AwaiterTryOrQueue(aw, &q->mu, q->getters, GetTryLocked);
+}
+
+int PutWoken(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  {
+    Guard g(&q->mu);
+    q->putters->Remove(aw->fut);
+  }
+  Py_CLEAR(aw->fut);
+  return AwaiterTryOrQueue(aw, &q->mu, q->putters, PutTryLocked);
+}
+
+int JoinWoken(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  Guard g(&q->mu);
+  q->joiners->Remove(aw->fut);
+  return 1;
+}
+
+// Woken but leaving: an item (getter) or a free slot (putter) this waiter
+// was told about goes to the next one in line.
+void GetAbandon(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  AfterUnlock after;
+  {
+    Guard g(&q->mu);
+    q->getters->Remove(aw->fut);
+    if (FutureCurrentState(aw->fut) == FutureState::kFinished) {
+      const Py_ssize_t n = SizeLocked(q);
+      if (n < 0) PyErr_Clear();  // Custom storage failed; nobody to tell.
+      if (n > 0) after.wake = q->getters->PopFirstPending(after.discard);
+    }
+  }
+  after.Run();
+}
+
+void PutAbandon(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  AfterUnlock after;
+  {
+    Guard g(&q->mu);
+    q->putters->Remove(aw->fut);
+    if (FutureCurrentState(aw->fut) == FutureState::kFinished) {
+      const int full = FullLocked(q);
+      if (full < 0) PyErr_Clear();
+      if (full == 0) after.wake = q->putters->PopFirstPending(after.discard);
+    }
+  }
+  after.Run();
+}
+
+void JoinAbandon(AwaiterObject* aw) { JoinWoken(aw); }
+
+const AwaiterOps kQueueGet = {"get", GetStart, GetWoken, GetAbandon};
+const AwaiterOps kQueuePut = {"put", PutStart, PutWoken, PutAbandon};
+const AwaiterOps kQueueJoin = {"join", JoinStart, JoinWoken, JoinAbandon};
+
+// --- the type --------------------------------------------------------------------------
+
+PyObject* Queue_new(PyTypeObject* type, PyObject*, PyObject*) {
+  auto* q = reinterpret_cast<QueueObject*>(type->tp_alloc(type, 0));
+  if (q == nullptr) return nullptr;
+  q->items = new std::deque<PyObject*>();
+  q->getters = new WaiterQueue();
+  q->putters = new WaiterQueue();
+  q->joiners = new WaiterQueue();
+  return reinterpret_cast<PyObject*>(q);
+}
+
+// The class's `_native_storage`: "fifo", "lifo" or None (the class's own
+// _init/_put/_get).
+int StorageOf(PyObject* self, Storage* out) {
+  PyObject* kind = PyObject_GetAttr(reinterpret_cast<PyObject*>(Py_TYPE(self)),
+                                    str_native_storage);
+  if (kind == nullptr) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    *out = Storage::kFifo;
+    return 0;
+  }
+  if (kind == Py_None) {
+    *out = Storage::kCustom;
+  } else {
+    const int lifo = PyObject_RichCompareBool(kind, str_lifo, Py_EQ);
+    if (lifo < 0) {
+      Py_DECREF(kind);
+      return -1;
+    }
+    *out = lifo ? Storage::kLifo : Storage::kFifo;
+  }
+  Py_DECREF(kind);
+  return 0;
+}
+
+int Queue_init(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"maxsize", nullptr};
+  PyObject* maxsize_obj = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:Queue", const_cast<char**>(kwlist),
+                                   &maxsize_obj)) {
+    return -1;
+  }
+  QueueObject* q = AsQueue(self);
+  q->maxsize = 0;
+  if (maxsize_obj != nullptr) {
+    q->maxsize = PyLong_AsSsize_t(maxsize_obj);
+    if (q->maxsize == -1 && PyErr_Occurred()) return -1;
+  }
+  if (StorageOf(self, &q->storage) < 0) return -1;
+  if (q->storage == Storage::kCustom) {
+    PyObject* maxsize = PyLong_FromSsize_t(q->maxsize);
+    if (maxsize == nullptr) return -1;
+    PyObject* r = PyObject_CallMethodOneArg(self, str_init, maxsize);
+    Py_DECREF(maxsize);
+    if (r == nullptr) return -1;
+    Py_DECREF(r);
+  }
+  return 0;
+}
+
+int Queue_traverse(PyObject* self, visitproc visit, void* arg) {
+  QueueObject* q = AsQueue(self);
+  Py_VISIT(Py_TYPE(self));
+  for (PyObject* item : *q->items) Py_VISIT(item);
+  if (int r = q->getters->Traverse(visit, arg)) return r;
+  if (int r = q->putters->Traverse(visit, arg)) return r;
+  return q->joiners->Traverse(visit, arg);
+}
+
+int Queue_clear(PyObject* self) {
+  QueueObject* q = AsQueue(self);
+  std::deque<PyObject*> items = std::move(*q->items);
+  q->items->clear();
+  for (PyObject* item : items) Py_DECREF(item);
+  for (WaiterQueue* w : {q->getters, q->putters, q->joiners}) {
+    for (FutureObject* f : w->TakeAll()) Py_DECREF(reinterpret_cast<PyObject*>(f));
+  }
+  return 0;
+}
+
+void Queue_dealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  Queue_clear(self);
+  QueueObject* q = AsQueue(self);
+  delete q->items;
+  delete q->getters;
+  delete q->putters;
+  delete q->joiners;
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyObject* Queue_get(PyObject* self, PyObject*) {
+  return NewAwaiter(&kQueueGet, self, Py_None, nullptr);
+}
+
+PyObject* Queue_put(PyObject* self, PyObject* item) {
+  return NewAwaiter(&kQueuePut, self, Py_None, item);
+}
+
+PyObject* Queue_join(PyObject* self, PyObject*) {
+  return NewAwaiter(&kQueueJoin, self, Py_None, nullptr);
+}
+
+PyObject* Queue_get_nowait(PyObject* self, PyObject*) {
+  QueueObject* q = AsQueue(self);
+  AfterUnlock after;
+  PyObject* item = nullptr;
+  int rc;
+  {
+    Guard g(&q->mu);
+    rc = TakeLocked(q, &item, after);
+  }
+  if (rc == 0 && after.raise == nullptr) after.raise = queue_empty;
+  if (after.Run() < 0 || rc < 0) return nullptr;
+  return item;
+}
+
+PyObject* Queue_put_nowait(PyObject* self, PyObject* item) {
+  QueueObject* q = AsQueue(self);
+  AfterUnlock after;
+  int rc;
+  {
+    Guard g(&q->mu);
+    rc = StoreLocked(q, item, after);
+  }
+  if (rc == 0) after.raise = queue_full;
+  if (after.Run() < 0 || rc < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* Queue_task_done(PyObject* self, PyObject*) {
+  QueueObject* q = AsQueue(self);
+  std::vector<FutureObject*> joiners;
+  bool too_many = false;
+  {
+    Guard g(&q->mu);
+    if (q->unfinished <= 0) {
+      too_many = true;
+    } else if (--q->unfinished == 0) {
+      joiners = q->joiners->PendingSnapshot();
+    }
+  }
+  if (too_many) {
+    PyErr_SetString(PyExc_ValueError, "task_done() called too many times");
+    return nullptr;
+  }
+  // Each woken joiner leaves the list itself when it runs.
+  for (FutureObject* f : joiners) WakeWaiter(f, Py_True);
+  Py_RETURN_NONE;
+}
+
+PyObject* Queue_shutdown(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"immediate", nullptr};
+  int immediate = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p:shutdown", const_cast<char**>(kwlist),
+                                   &immediate)) {
+    return nullptr;
+  }
+  QueueObject* q = AsQueue(self);
+  std::vector<PyObject*> dropped;
+  std::deque<FutureObject*> to_wake;
+  std::vector<FutureObject*> joiners;
+  int rc = 0;
+  {
+    Guard g(&q->mu);
+    q->is_shutdown = true;
+    if (immediate) {
+      // Items still queued count as done, so join() returns.
+      for (;;) {
+        const Py_ssize_t n = SizeLocked(q);
+        if (n <= 0) {
+          if (n < 0) rc = -1;
+          break;
+        }
+        PyObject* item = GetItemLocked(q);
+        if (item == nullptr) {
+          rc = -1;
+          break;
+        }
+        dropped.push_back(item);
+        if (q->unfinished > 0) --q->unfinished;
+      }
+      if (q->unfinished == 0) joiners = q->joiners->PendingSnapshot();
+    }
+    // Every blocked get() and put() looks again and sees the shutdown.
+    to_wake = q->getters->TakeAll();
+    for (FutureObject* f : q->putters->TakeAll()) to_wake.push_back(f);
+  }
+  for (PyObject* item : dropped) Py_DECREF(item);
+  for (FutureObject* f : to_wake) WakeWaiter(f, Py_None);
+  for (FutureObject* f : joiners) WakeWaiter(f, Py_True);
+  if (rc < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* Queue_qsize(PyObject* self, PyObject*) {
+  QueueObject* q = AsQueue(self);
+  Py_ssize_t n;
+  {
+    Guard g(&q->mu);
+    n = SizeLocked(q);
+  }
+  if (n < 0) return nullptr;
+  return PyLong_FromSsize_t(n);
+}
+
+PyObject* Queue_empty(PyObject* self, PyObject*) {
+  QueueObject* q = AsQueue(self);
+  Py_ssize_t n;
+  {
+    Guard g(&q->mu);
+    n = SizeLocked(q);
+  }
+  if (n < 0) return nullptr;
+  return PyBool_FromLong(n == 0);
+}
+
+PyObject* Queue_full(PyObject* self, PyObject*) {
+  QueueObject* q = AsQueue(self);
+  int full;
+  {
+    Guard g(&q->mu);
+    full = FullLocked(q);
+  }
+  if (full < 0) return nullptr;
+  return PyBool_FromLong(full);
+}
+
+// What a native queue holds, oldest first (a snapshot; repr and `_queue`).
+PyObject* Queue_items(PyObject* self, PyObject*) {
+  QueueObject* q = AsQueue(self);
+  if (q->storage == Storage::kCustom) {
+    PyErr_SetString(PyExc_TypeError, "_items() is for queues with native storage");
+    return nullptr;
+  }
+  std::vector<PyObject*> items;
+  {
+    Guard g(&q->mu);
+    items.assign(q->items->begin(), q->items->end());
+    for (PyObject* item : items) Py_INCREF(item);
+  }
+  // The list is built after unlocking: it allocates through Python.
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(items.size()));
+  if (list == nullptr) {
+    for (PyObject* item : items) Py_DECREF(item);
+    return nullptr;
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), items[i]);
+  }
+  return list;
+}
+
+PyObject* Queue_get_maxsize(PyObject* self, void*) {
+  return PyLong_FromSsize_t(AsQueue(self)->maxsize);
+}
+
+PyObject* Queue_get_unfinished(PyObject* self, void*) {
+  QueueObject* q = AsQueue(self);
+  Py_ssize_t n;
+  {
+    Guard g(&q->mu);
+    n = q->unfinished;
+  }
+  return PyLong_FromSsize_t(n);
+}
+
+PyObject* Queue_get_is_shutdown(PyObject* self, void*) {
+  QueueObject* q = AsQueue(self);
+  bool shut;
+  {
+    Guard g(&q->mu);
+    shut = q->is_shutdown;
+  }
+  return PyBool_FromLong(shut);
+}
+
+PyObject* WaitersList(QueueObject* q, WaiterQueue* w) {
+  // AsList allocates; take references under the mutex, build the list after.
+  std::vector<FutureObject*> futs;
+  {
+    Guard g(&q->mu);
+    futs = w->PendingSnapshot();
+  }
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(futs.size()));
+  if (list == nullptr) {
+    DropAll(futs);
+    return nullptr;
+  }
+  for (std::size_t i = 0; i < futs.size(); ++i) {
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), reinterpret_cast<PyObject*>(futs[i]));
+  }
+  return list;
+}
+
+PyObject* Queue_get_getters(PyObject* self, void*) {
+  return WaitersList(AsQueue(self), AsQueue(self)->getters);
+}
+
+PyObject* Queue_get_putters(PyObject* self, void*) {
+  return WaitersList(AsQueue(self), AsQueue(self)->putters);
+}
+
+PyMethodDef queue_methods[] = {
+    {"get", Queue_get, METH_NOARGS,
+     "Remove and return an item (an awaitable), waiting while the queue is empty."},
+    {"put", Queue_put, METH_O,
+     "Put an item (an awaitable), waiting while the queue is full."},
+    {"join", Queue_join, METH_NOARGS,
+     "Wait (an awaitable) until every item put has been marked done."},
+    {"get_nowait", Queue_get_nowait, METH_NOARGS,
+     "Remove and return an item now; QueueEmpty if there is none."},
+    {"put_nowait", Queue_put_nowait, METH_O,
+     "Put an item now; QueueFull if there is no room."},
+    {"task_done", Queue_task_done, METH_NOARGS, "One item taken earlier is fully processed."},
+    {"shutdown",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Queue_shutdown)),
+     METH_VARARGS | METH_KEYWORDS,
+     "Refuse new items and wake blocked put()s; with immediate=True also drop "
+     "what is queued and wake blocked get()s."},
+    {"qsize", Queue_qsize, METH_NOARGS, "Number of items in the queue."},
+    {"empty", Queue_empty, METH_NOARGS, "True if the queue is empty."},
+    {"full", Queue_full, METH_NOARGS, "True if there are maxsize items in the queue."},
+    {"_items", Queue_items, METH_NOARGS, "A snapshot of the items, oldest first."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef queue_getset[] = {
+    {"maxsize", Queue_get_maxsize, nullptr, "Number of items allowed in the queue.",
+     nullptr},
+    {"_unfinished_tasks", Queue_get_unfinished, nullptr, nullptr, nullptr},
+    {"_is_shutdown", Queue_get_is_shutdown, nullptr, nullptr, nullptr},
+    {"_getters", Queue_get_getters, nullptr, nullptr, nullptr},
+    {"_putters", Queue_get_putters, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyType_Slot queue_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(Queue_new)},
+    {Py_tp_init, reinterpret_cast<void*>(Queue_init)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(Queue_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Queue_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Queue_clear)},
+    {Py_tp_methods, queue_methods},
+    {Py_tp_getset, queue_getset},
+    {0, nullptr},
+};
+
+PyType_Spec queue_spec = {
+    .name = "mt_asyncio._core.Queue",
+    .basicsize = sizeof(QueueObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = queue_slots,
+};
+
+}  // namespace
+
+int RegisterQueueType(PyObject* module) {
+  PyObject* queues = PyImport_ImportModule("asyncio.queues");
+  if (queues == nullptr) return -1;
+  queue_empty = PyObject_GetAttrString(queues, "QueueEmpty");
+  queue_full = PyObject_GetAttrString(queues, "QueueFull");
+  queue_shut_down = PyObject_GetAttrString(queues, "QueueShutDown");
+  Py_DECREF(queues);
+  if (queue_empty == nullptr || queue_full == nullptr || queue_shut_down == nullptr) {
+    return -1;
+  }
+  str_put = PyUnicode_InternFromString("_put");
+  str_get = PyUnicode_InternFromString("_get");
+  str_init = PyUnicode_InternFromString("_init");
+  str_queue = PyUnicode_InternFromString("_queue");
+  str_native_storage = PyUnicode_InternFromString("_native_storage");
+  str_lifo = PyUnicode_InternFromString("lifo");
+  if (!str_put || !str_get || !str_init || !str_queue || !str_native_storage || !str_lifo) {
+    return -1;
+  }
+  queue_type = reinterpret_cast<PyTypeObject*>(
+      PyType_FromModuleAndSpec(module, &queue_spec, nullptr));
+  if (queue_type == nullptr) return -1;
+  return PyModule_AddObjectRef(module, "Queue", reinterpret_cast<PyObject*>(queue_type));
+}
+
+}  // namespace mt::pyext

@@ -1,0 +1,361 @@
+#include "pyext/src/waiters.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace mt::pyext {
+namespace {
+
+PyObject* get_running_loop = nullptr;  // asyncio.events.get_running_loop
+PyTypeObject* awaiter_type = nullptr;
+PyObject* ready_none = nullptr;
+
+enum Phase : unsigned char { kStart, kWaiting, kDone };
+
+PyObject* AsObject(FutureObject* f) { return reinterpret_cast<PyObject*>(f); }
+
+}  // namespace
+
+// --- WaiterQueue --------------------------------------------------------------------
+
+void WaiterQueue::Push(FutureObject* fut) {
+  futs_.push_back(reinterpret_cast<FutureObject*>(Py_NewRef(AsObject(fut))));
+}
+
+void WaiterQueue::Remove(FutureObject* fut) {
+  auto it = std::find(futs_.begin(), futs_.end(), fut);
+  if (it == futs_.end()) return;
+  futs_.erase(it);
+  Py_DECREF(AsObject(fut));  // Never the last reference (see the class comment).
+}
+
+bool WaiterQueue::AllCancelled() const {
+  for (FutureObject* f : futs_) {
+    if (FutureCurrentState(f) != FutureState::kCancelled) return false;
+  }
+  return true;
+}
+
+FutureObject* WaiterQueue::FirstPending() const {
+  for (FutureObject* f : futs_) {
+    if (FutureCurrentState(f) == FutureState::kPending) return f;
+  }
+  return nullptr;
+}
+
+FutureObject* WaiterQueue::PopFirstPending(std::vector<FutureObject*>& discard) {
+  while (!futs_.empty()) {
+    FutureObject* f = futs_.front();
+    futs_.pop_front();
+    if (FutureCurrentState(f) == FutureState::kPending) return f;
+    discard.push_back(f);
+  }
+  return nullptr;
+}
+
+std::vector<FutureObject*> WaiterQueue::PendingSnapshot() const {
+  std::vector<FutureObject*> out;
+  for (FutureObject* f : futs_) {
+    if (FutureCurrentState(f) == FutureState::kPending) {
+      out.push_back(reinterpret_cast<FutureObject*>(Py_NewRef(AsObject(f))));
+    }
+  }
+  return out;
+}
+
+PyObject* WaiterQueue::AsList() const {
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(futs_.size()));
+  if (list == nullptr) return nullptr;
+  Py_ssize_t i = 0;
+  for (FutureObject* f : futs_) PyList_SET_ITEM(list, i++, Py_NewRef(AsObject(f)));
+  return list;
+}
+
+int WaiterQueue::Traverse(visitproc visit, void* arg) const {
+  for (FutureObject* f : futs_) Py_VISIT(AsObject(f));
+  return 0;
+}
+
+void DropAll(std::vector<FutureObject*>& refs) {
+  for (FutureObject* f : refs) Py_DECREF(AsObject(f));
+  refs.clear();
+}
+
+bool WakeWaiter(FutureObject* fut, PyObject* value) {
+  const int rc = FutureTrySetResult(fut, value);
+  if (rc < 0) PyErr_WriteUnraisable(AsObject(fut));
+  Py_DECREF(AsObject(fut));
+  return rc != 0;
+}
+
+int AfterUnlock::Run() {
+  PyObject* saved = PyErr_GetRaisedException();
+  if (wake != nullptr) WakeWaiter(std::exchange(wake, nullptr), Py_None);
+  DropAll(discard);
+  for (PyObject* item : drop_items) Py_DECREF(item);
+  drop_items.clear();
+  if (saved != nullptr) {
+    PyErr_SetRaisedException(saved);
+    return 0;
+  }
+  if (raise != nullptr) {
+    PyErr_SetNone(raise);
+    return -1;
+  }
+  return 0;
+}
+
+// --- the awaiter ------------------------------------------------------------------------
+
+namespace {
+
+AwaiterObject* AsAwaiter(PyObject* o) { return reinterpret_cast<AwaiterObject*>(o); }
+
+// Leaves the waiting phase because of an exception, close() or collection.
+// Keeps any error that is set.
+void StopWaiting(AwaiterObject* aw) {
+  PyObject* saved = PyErr_GetRaisedException();
+  aw->phase = kDone;
+  Py_CLEAR(aw->inner);
+  // Still pending only when the coroutine is closed or collected mid-wait
+  // (a task steps again only once its waiter is done). A waker may have
+  // picked it already: cancelling settles whether it was handed the turn.
+  if (FutureCurrentState(aw->fut) == FutureState::kPending &&
+      FutureCancel(aw->fut, Py_None) < 0) {
+    PyErr_WriteUnraisable(reinterpret_cast<PyObject*>(aw));
+  }
+  aw->ops->abandon(aw);
+  Py_CLEAR(aw->fut);
+  PyErr_SetRaisedException(saved);
+}
+
+PySendResult Awaiter_am_send(PyObject* self, PyObject*, PyObject** out) {
+  AwaiterObject* aw = AsAwaiter(self);
+  *out = nullptr;
+  if (aw->ops == nullptr) {
+    // Stateless: a shared ready awaiter may be awaited any number of times.
+    *out = Py_NewRef(aw->value);
+    return PYGEN_RETURN;
+  }
+  int rc = 0;
+  if (aw->phase == kStart) {
+    rc = aw->ops->start(aw);
+    aw->phase = rc == 0 ? kWaiting : kDone;
+  } else if (aw->phase == kDone) {
+    PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+    return PYGEN_ERROR;
+  }
+  while (rc == 0) {
+    PyObject* yielded = nullptr;
+    const PySendResult r = PyIter_Send(aw->inner, Py_None, &yielded);
+    if (r == PYGEN_NEXT) {
+      *out = yielded;
+      return PYGEN_NEXT;
+    }
+    if (r == PYGEN_ERROR) {
+      StopWaiting(aw);
+      return PYGEN_ERROR;
+    }
+    Py_DECREF(yielded);
+    Py_CLEAR(aw->inner);
+    rc = aw->ops->woken(aw);  // 0: queued again with a new future.
+    if (rc != 0) {
+      aw->phase = kDone;
+      Py_CLEAR(aw->fut);
+    }
+  }
+  if (rc < 0) return PYGEN_ERROR;
+  *out = Py_NewRef(aw->value);
+  return PYGEN_RETURN;
+}
+
+PyObject* Awaiter_iternext(PyObject* self) {
+  PyObject* out;
+  switch (Awaiter_am_send(self, Py_None, &out)) {
+    case PYGEN_NEXT:
+      return out;
+    case PYGEN_RETURN:
+      SetStopIterationValue(out);
+      Py_DECREF(out);
+      return nullptr;
+    default:
+      return nullptr;
+  }
+}
+
+PyObject* Awaiter_send(PyObject* self, PyObject*) { return Awaiter_iternext(self); }
+
+// Like a coroutine's throw(): the exception comes out at the await, after
+// the wait has been left (as a coroutine's except/finally would).
+PyObject* Awaiter_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  AwaiterObject* aw = AsAwaiter(self);
+  if (aw->ops != nullptr) {
+    if (aw->phase == kWaiting) {
+      StopWaiting(aw);
+    } else {
+      aw->phase = kDone;
+    }
+  }
+  RaiseThrowArguments(args, nargs);
+  return nullptr;
+}
+
+PyObject* Awaiter_close(PyObject* self, PyObject*) {
+  AwaiterObject* aw = AsAwaiter(self);
+  if (aw->ops != nullptr) {
+    if (aw->phase == kWaiting) {
+      StopWaiting(aw);
+    } else {
+      aw->phase = kDone;
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+// A coroutine collected while it waited (never closed) must not keep a
+// place in the queue, nor a turn it was handed.
+void Awaiter_finalize(PyObject* self) {
+  AwaiterObject* aw = AsAwaiter(self);
+  if (aw->ops != nullptr && aw->phase == kWaiting) StopWaiting(aw);
+}
+
+int Awaiter_traverse(PyObject* self, visitproc visit, void* arg) {
+  AwaiterObject* aw = AsAwaiter(self);
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(aw->owner);
+  Py_VISIT(aw->value);
+  Py_VISIT(aw->arg);
+  Py_VISIT(reinterpret_cast<PyObject*>(aw->fut));
+  Py_VISIT(aw->inner);
+  return 0;
+}
+
+int Awaiter_clear(PyObject* self) {
+  AwaiterObject* aw = AsAwaiter(self);
+  Py_CLEAR(aw->inner);
+  Py_CLEAR(aw->fut);
+  Py_CLEAR(aw->owner);
+  Py_CLEAR(aw->value);
+  Py_CLEAR(aw->arg);
+  return 0;
+}
+
+void Awaiter_dealloc(PyObject* self) {
+  if (PyObject_CallFinalizerFromDealloc(self) < 0) return;  // Resurrected.
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  Awaiter_clear(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyObject* Awaiter_repr(PyObject* self) {
+  AwaiterObject* aw = AsAwaiter(self);
+  if (aw->ops == nullptr) return PyUnicode_FromString("<ready awaiter>");
+  return PyUnicode_FromFormat("<%s awaiter of %R>", aw->ops->name, aw->owner);
+}
+
+PyMethodDef awaiter_methods[] = {
+    {"send", Awaiter_send, METH_O, nullptr},
+    {"throw", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Awaiter_throw)),
+     METH_FASTCALL, nullptr},
+    {"close", Awaiter_close, METH_NOARGS, nullptr},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyType_Slot awaiter_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(Awaiter_dealloc)},
+    {Py_tp_finalize, reinterpret_cast<void*>(Awaiter_finalize)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Awaiter_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Awaiter_clear)},
+    {Py_tp_repr, reinterpret_cast<void*>(Awaiter_repr)},
+    {Py_tp_iter, reinterpret_cast<void*>(PyObject_SelfIter)},
+    {Py_tp_iternext, reinterpret_cast<void*>(Awaiter_iternext)},
+    {Py_tp_methods, awaiter_methods},
+    {Py_am_await, reinterpret_cast<void*>(PyObject_SelfIter)},
+    {Py_am_send, reinterpret_cast<void*>(Awaiter_am_send)},
+    {0, nullptr},
+};
+
+PyType_Spec awaiter_spec = {
+    .name = "mt_asyncio._core.PrimitiveAwaiter",
+    .basicsize = sizeof(AwaiterObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = awaiter_slots,
+};
+
+}  // namespace
+
+PyObject* NewAwaiter(const AwaiterOps* ops, PyObject* owner, PyObject* value, PyObject* arg) {
+  auto* aw = PyObject_GC_New(AwaiterObject, awaiter_type);
+  if (aw == nullptr) return nullptr;
+  aw->ops = ops;
+  aw->phase = kStart;
+  aw->owner = Py_XNewRef(owner);
+  aw->value = Py_NewRef(value);
+  aw->arg = Py_XNewRef(arg);
+  aw->fut = nullptr;
+  aw->inner = nullptr;
+  PyObject_GC_Track(aw);
+  return reinterpret_cast<PyObject*>(aw);
+}
+
+PyObject* ReadyNone() { return Py_NewRef(ready_none); }
+
+int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
+                      TryLocked try_locked) {
+  {
+    AfterUnlock after;
+    int rc;
+    {
+      Guard g(mu);
+      rc = try_locked(aw, after);
+    }
+    if (after.Run() < 0) return -1;
+    if (rc != 0) return rc;
+  }
+  PyObject* loop = PyObject_CallNoArgs(get_running_loop);
+  if (loop == nullptr) return -1;
+  auto* fut = reinterpret_cast<FutureObject*>(FutureCreate(loop));
+  Py_DECREF(loop);
+  if (fut == nullptr) return -1;
+  PyObject* inner = FutureAwaitIter(fut);
+  if (inner == nullptr) {
+    Py_DECREF(AsObject(fut));
+    return -1;
+  }
+  AfterUnlock after;
+  int rc;
+  {
+    Guard g(mu);
+    rc = try_locked(aw, after);  // The state may have changed meanwhile.
+    if (rc == 0) queue->Push(fut);
+  }
+  const int ran = after.Run();
+  if (rc != 0 || ran < 0) {
+    Py_DECREF(inner);
+    Py_DECREF(AsObject(fut));
+    return ran < 0 ? -1 : rc;
+  }
+  aw->fut = fut;
+  aw->inner = inner;
+  return 0;
+}
+
+int RegisterAwaiterType(PyObject* module) {
+  PyObject* events = PyImport_ImportModule("asyncio.events");
+  if (events == nullptr) return -1;
+  get_running_loop = PyObject_GetAttrString(events, "get_running_loop");
+  Py_DECREF(events);
+  if (get_running_loop == nullptr) return -1;
+  awaiter_type = reinterpret_cast<PyTypeObject*>(
+      PyType_FromModuleAndSpec(module, &awaiter_spec, nullptr));
+  if (awaiter_type == nullptr) return -1;
+  ready_none = NewAwaiter(nullptr, nullptr, Py_None, nullptr);
+  if (ready_none == nullptr) return -1;
+  return PyModule_AddObjectRef(module, "PrimitiveAwaiter",
+                               reinterpret_cast<PyObject*>(awaiter_type));
+}
+
+}  // namespace mt::pyext

@@ -1,0 +1,139 @@
+#ifndef MT_PYEXT_SRC_WAITERS_H_
+#define MT_PYEXT_SRC_WAITERS_H_
+
+#include <Python.h>
+
+#include <cstddef>
+#include <deque>
+#include <vector>
+
+#include "pyext/src/future.h"
+
+namespace mt::pyext {
+
+// What the synchronization primitives (locks.cc) and queues (queues.cc)
+// share: a FIFO of waiter futures under the primitive's PyMutex, and the
+// awaiter object their acquire()/wait()/get()/put() return.
+//
+// Locking rule: while a primitive's mutex is held, nothing may run that
+// can re-enter it — no allocation through Python (the GC runs finalizers),
+// no completing a future (its callbacks), no last reference dropped.
+// Reading one of our futures' state (its own critical section) is allowed.
+// The one exception is documented where a queue subclass's own _put/_get
+// storage runs.
+
+// RAII for a PyMutex.
+class Guard {
+ public:
+  explicit Guard(PyMutex* mu) : mu_(mu) { PyMutex_Lock(mu_); }
+  ~Guard() { PyMutex_Unlock(mu_); }
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+ private:
+  PyMutex* mu_;
+};
+
+// Waiter futures in arrival order; each entry holds a reference. Only
+// touched under the owner's mutex. The awaiter that queued a future holds
+// its own reference until it is done with it, so an entry's reference is
+// never the last one while the mutex is held.
+class WaiterQueue {
+ public:
+  void Push(FutureObject* fut);
+  // Removes `fut` if it is queued (a waker may have popped it already).
+  void Remove(FutureObject* fut);
+  bool empty() const { return futs_.empty(); }
+  std::size_t size() const { return futs_.size(); }
+  FutureObject* front() const { return futs_.front(); }
+  // asyncio's "nobody queued ahead of a newcomer": every waiter left was
+  // cancelled (and leaves the queue when its task runs).
+  bool AllCancelled() const;
+  FutureObject* FirstPending() const;
+  // Pops waiters from the front up to and including the first pending one,
+  // which is returned (its queue reference passes to the caller); popped
+  // done ones go to `discard` (drop those references after unlocking).
+  FutureObject* PopFirstPending(std::vector<FutureObject*>& discard);
+  // New references to every pending waiter, in order.
+  std::vector<FutureObject*> PendingSnapshot() const;
+  // Empties the queue, handing every reference to the caller.
+  std::deque<FutureObject*> TakeAll() { return std::move(futs_); }
+  PyObject* AsList() const;  // New reference.
+  int Traverse(visitproc visit, void* arg) const;
+
+ private:
+  std::deque<FutureObject*> futs_;
+};
+
+// Drops references collected under a mutex, after it was released.
+void DropAll(std::vector<FutureObject*>& refs);
+
+// Wakes `fut` (a reference, consumed) with `value` unless it is done
+// already; returns whether this call woke it. A failure to hand over its
+// callbacks happens after it was completed: reported, counted as woken.
+bool WakeWaiter(FutureObject* fut, PyObject* value);
+
+// --- the awaiter ------------------------------------------------------------------------
+
+struct AwaiterObject;
+
+// How one kind of wait behaves. Each function runs without the owner's
+// mutex held and takes it itself.
+struct AwaiterOps {
+  const char* name;  // For the repr: "acquire", "wait", "get", ...
+  // First resumption: finish now (1, with aw->value set), or queue a
+  // waiter (0, with AwaiterQueueUp), or fail (-1, error set).
+  int (*start)(AwaiterObject* aw);
+  // The queued future completed normally: 1 done (aw->value set), 0 queued
+  // again (a queue that lost the item to another task), -1 error.
+  int (*woken)(AwaiterObject* aw);
+  // The wait ended with an exception, close() or collection: leave the
+  // queue and pass on a turn this waiter was handed but will not use.
+  // aw->fut is settled (done) when this runs. Must not raise.
+  void (*abandon)(AwaiterObject* aw);
+};
+
+struct AwaiterObject {
+  PyObject_HEAD
+  const AwaiterOps* ops;  // nullptr: ready, returns `value` at once.
+  unsigned char phase;
+  PyObject* owner;    // The primitive (strong); nullptr when ready.
+  PyObject* value;    // What the await evaluates to (strong).
+  PyObject* arg;      // The operation's argument, e.g. put's item (strong).
+  FutureObject* fut;  // The queued waiter while waiting (strong).
+  PyObject* inner;    // fut's await iterator while waiting (strong).
+};
+
+// A new awaiter of `ops` on `owner` (arg may be nullptr).
+PyObject* NewAwaiter(const AwaiterOps* ops, PyObject* owner, PyObject* value, PyObject* arg);
+// A shared awaiter that evaluates to None at once (what __aexit__ returns).
+PyObject* ReadyNone();
+
+// What an attempt made under a mutex leaves to do once it is released.
+struct AfterUnlock {
+  FutureObject* wake = nullptr;         // A waiter to wake with None.
+  std::vector<FutureObject*> discard;   // References to drop.
+  std::vector<PyObject*> drop_items;    // Items a queue let go of.
+  PyObject* raise = nullptr;            // An exception type to raise (borrowed).
+  // Does the above; -1 if it raised (`raise`), else 0. Keeps an error
+  // that is already set.
+  int Run();
+};
+
+// One attempt of a wait, under the owner's mutex: 1 done (aw->value set),
+// 0 must wait, -1 error (a Python error set, or after.raise).
+using TryLocked = int (*)(AwaiterObject* aw, AfterUnlock& after);
+
+// The usual start/woken: `try_locked` under `mu`; if it must wait, makes a
+// future of the running loop with the mutex released (allocation may run
+// finalizers), then tries again and, if it must still wait, pushes the
+// future on `queue`. Returns 1 / 0 (waiting: aw->fut, aw->inner set) / -1.
+int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
+                      TryLocked try_locked);
+
+// Adds mt_asyncio._core.PrimitiveAwaiter. 0, or -1 with an error set.
+int RegisterAwaiterType(PyObject* module);
+
+}  // namespace mt::pyext
+
+#endif  // MT_PYEXT_SRC_WAITERS_H_

@@ -1,0 +1,327 @@
+"""The C++ primitives (Lock, Semaphore, BoundedSemaphore, Event, Queue)
+under stress from several workers, and the awaiter protocol they return.
+
+The parity suite checks they behave like stdlib's; these tests check what
+only a multi-threaded loop can break: holders counted across workers,
+permits and turns never lost when waiters are cancelled or time out at
+random moments, and waiters removed when a coroutine is dropped mid-wait."""
+
+import asyncio as stdlib_asyncio
+import collections.abc
+import gc
+import random
+import threading
+
+import pytest
+
+import mt_asyncio
+import mt_asyncio.asyncio as asyncio
+from mt_asyncio import _core
+from mt_asyncio.base_events import EventLoop
+
+WAIT = 20  # Seconds; every wait in these tests is bounded.
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    mt_asyncio.start_runtime(4)
+    yield
+    mt_asyncio.shutdown_runtime()
+
+
+@pytest.fixture
+def loop():
+    loop = EventLoop()
+    yield loop
+    loop.close()
+
+
+def run(loop, coro, timeout=WAIT):
+    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+
+class Gauge:
+    def __init__(self):
+        self.mu = threading.Lock()
+        self.now = self.max = self.total = 0
+
+    def enter(self):
+        with self.mu:
+            self.now += 1
+            self.total += 1
+            self.max = max(self.max, self.now)
+
+    def leave(self):
+        with self.mu:
+            self.now -= 1
+
+
+def test_awaiters_follow_the_coroutine_protocol(loop):
+    lock = asyncio.Lock()
+    aw = lock.acquire()
+    assert isinstance(aw, _core.PrimitiveAwaiter)
+    assert isinstance(aw, collections.abc.Coroutine)
+    assert stdlib_asyncio.iscoroutine(aw)
+    aw.close()
+    assert not lock.locked()  # Never started: nothing was taken.
+
+    async def main():
+        first = lock.acquire()
+        assert await first is True
+        with pytest.raises(RuntimeError, match="cannot reuse"):
+            await first
+        # A thrown exception comes out as thrown, before anything is taken.
+        sem = asyncio.Semaphore(0)
+        aw = sem.acquire()
+        with pytest.raises(KeyError):
+            aw.throw(KeyError("x"))
+        lock.release()
+        return True
+    assert run(loop, main())
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore", "event", "queue_get", "queue_put"])
+def test_closing_a_waiting_coroutine_leaves_the_queue(loop, kind):
+    async def main():
+        if kind == "lock":
+            prim = asyncio.Lock()
+            await prim.acquire()
+            waiting, release = prim.acquire(), prim.release
+        elif kind == "semaphore":
+            prim = asyncio.Semaphore(0)
+            waiting, release = prim.acquire(), prim.release
+        elif kind == "event":
+            prim = asyncio.Event()
+            waiting, release = prim.wait(), prim.set
+        elif kind == "queue_get":
+            queue = asyncio.Queue()
+            waiting = queue.get()
+            release = lambda: queue.put_nowait("x")  # noqa: E731
+        else:
+            queue = asyncio.Queue(1)
+            queue.put_nowait("first")
+            waiting = queue.put("second")
+            release = queue.get_nowait
+        fut = waiting.send(None)  # Queues a waiter future and yields it.
+        assert asyncio.isfuture(fut) and not fut.done()
+        waiters = (lambda: queue._getters) if kind == "queue_get" else (
+            (lambda: queue._putters) if kind == "queue_put" else (lambda: prim._waiters))
+        assert len(waiters()) == 1
+        waiting.close()
+        assert fut.cancelled() and len(waiters()) == 0
+        release()
+        # What the closed waiter would have taken is still there.
+        if kind == "lock":
+            assert not prim.locked()
+        elif kind == "semaphore":
+            assert prim._value == 1
+        elif kind == "queue_get":
+            assert queue.get_nowait() == "x"
+        elif kind == "queue_put":
+            assert queue.empty()  # "second" was never put.
+        return True
+    assert run(loop, main())
+
+
+def test_waiting_coroutine_dropped_without_close_leaves_the_queue(loop):
+    async def main():
+        lock = asyncio.Lock()
+        await lock.acquire()
+        waiting = lock.acquire()
+        waiting.send(None)
+        assert len(lock._waiters) == 1
+        del waiting
+        gc.collect()
+        assert len(lock._waiters) == 0
+        lock.release()
+        return await asyncio.wait_for(lock.acquire(), WAIT)
+    assert run(loop, main()) is True
+
+
+def _contend(prim, limit, rounds, cancel_rate):
+    """Many tasks take `prim` while a chaos task cancels some of them and
+    others give up through short timeouts. Returns what the invariants
+    need."""
+    gauge = Gauge()
+    outcomes = collections.Counter()
+
+    async def worker(rng):
+        for _ in range(rounds):
+            try:
+                if rng.random() < 0.2:
+                    await asyncio.wait_for(prim.acquire(), rng.choice((0, 0.0005, 0.002)))
+                else:
+                    await prim.acquire()
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                outcomes["gave_up"] += 1
+                continue
+            gauge.enter()
+            try:
+                for _ in range(rng.randrange(50)):
+                    pass
+                await asyncio.sleep(0)
+            finally:
+                gauge.leave()
+                prim.release()
+
+    async def chaos(tasks, rng):
+        while not all(t.done() for t in tasks):
+            victim = rng.choice(tasks)
+            if rng.random() < cancel_rate:
+                victim.cancel()
+            await asyncio.sleep(0.0005)
+
+    async def main():
+        rng = random.Random(1234)
+        tasks = [asyncio.create_task(worker(random.Random(i))) for i in range(24)]
+        chaos_task = asyncio.create_task(chaos(tasks, rng))
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await chaos_task
+        outcomes["cancelled"] = sum(isinstance(r, asyncio.CancelledError) for r in results)
+        return results
+
+    return gauge, outcomes, main
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_semaphore_under_cancellation_and_timeouts(loop, limit):
+    for _ in range(3):
+        sem = asyncio.BoundedSemaphore(limit)
+        gauge, outcomes, main = _contend(sem, limit, rounds=60, cancel_rate=0.3)
+        results = run(loop, main())
+        assert all(r is None or isinstance(r, asyncio.CancelledError) for r in results)
+        assert 1 <= gauge.max <= limit
+        assert gauge.now == 0
+        # Every permit came back; nobody is left queued.
+        assert sem._value == limit and not sem.locked()
+        assert len(sem._waiters) == 0
+
+
+def test_lock_under_cancellation_and_timeouts(loop):
+    for _ in range(3):
+        lock = asyncio.Lock()
+        gauge, outcomes, main = _contend(lock, 1, rounds=60, cancel_rate=0.3)
+        run(loop, main())
+        assert gauge.max == 1 and gauge.now == 0
+        assert not lock.locked() and len(lock._waiters) == 0
+        assert gauge.total > 0
+
+
+def test_event_set_and_clear_from_many_workers(loop):
+    async def main():
+        ev = asyncio.Event()
+        woke = collections.Counter()
+        mu = threading.Lock()
+
+        async def waiter(i):
+            for _ in range(50):
+                await ev.wait()
+                with mu:
+                    woke[i] += 1
+                await asyncio.sleep(0)
+
+        async def toggler():
+            for _ in range(400):
+                ev.set()
+                await asyncio.sleep(0)
+                ev.clear()
+                await asyncio.sleep(0)
+            ev.set()  # Leave it set so every waiter finishes.
+
+        await asyncio.gather(toggler(), *(waiter(i) for i in range(16)))
+        return woke, ev
+    woke, ev = run(loop, main())
+    assert all(woke[i] == 50 for i in range(16))
+    assert len(ev._waiters) == 0
+
+
+def test_queue_loses_and_duplicates_nothing_under_cancellation(loop):
+    async def main():
+        queue = asyncio.Queue(maxsize=8)
+        taken = collections.Counter()
+        mu = threading.Lock()
+        per_producer = 400
+
+        async def producer(p):
+            for i in range(per_producer):
+                await queue.put((p, i))
+
+        async def consumer(rng):
+            while True:
+                try:
+                    if rng.random() < 0.3:
+                        item = await asyncio.wait_for(queue.get(), rng.choice((0, 0.0005)))
+                    else:
+                        item = await queue.get()
+                except asyncio.TimeoutError:
+                    continue
+                except asyncio.QueueShutDown:
+                    return
+                with mu:
+                    taken[item] += 1
+                queue.task_done()
+
+        async def chaos(victims, rng):
+            # Cancels consumers mid-get and replaces them.
+            for _ in range(40):
+                await asyncio.sleep(0.001)
+                i = rng.randrange(len(victims))
+                victims[i].cancel()
+                victims[i] = asyncio.create_task(consumer(random.Random(rng.random())))
+
+        rng = random.Random(7)
+        consumers = [asyncio.create_task(consumer(random.Random(i))) for i in range(12)]
+        producers = [asyncio.create_task(producer(p)) for p in range(6)]
+        await asyncio.gather(*producers, chaos(consumers, rng))
+        await queue.join()
+        queue.shutdown()
+        await asyncio.gather(*consumers, return_exceptions=True)
+        return queue, taken, per_producer
+
+    queue, taken, per_producer = run(loop, main())
+    expected = {(p, i) for p in range(6) for i in range(per_producer)}
+    # A cancelled get takes nothing: every item was consumed exactly once.
+    assert set(taken) == expected
+    assert all(n == 1 for n in taken.values())
+    assert queue.empty() and queue._unfinished_tasks == 0
+    assert queue._getters == [] and queue._putters == []
+
+
+def test_queue_shutdown_wakes_blocked_getters_and_putters_on_every_worker(loop):
+    async def main():
+        empty, full = asyncio.Queue(), asyncio.Queue(1)
+        full.put_nowait(0)
+        getters = [asyncio.create_task(empty.get()) for _ in range(20)]
+        putters = [asyncio.create_task(full.put(i)) for i in range(20)]
+        while len(empty._getters) < 20 or len(full._putters) < 20:
+            await asyncio.sleep(0.001)
+        empty.shutdown()
+        full.shutdown()
+        got = await asyncio.gather(*getters, *putters, return_exceptions=True)
+        return [type(r).__name__ for r in got], full
+    names, full = run(loop, main())
+    assert names == ["QueueShutDown"] * 40
+    assert full.get_nowait() == 0  # Not immediate: what was queued stays.
+
+
+def test_queue_subclass_storage_hooks(loop):
+    class Newest(asyncio.Queue):
+        """Keeps only the newest two items, in a list of its own."""
+
+        def _init(self, maxsize):
+            self._queue = []
+
+        def _put(self, item):
+            self._queue.append(item)
+            del self._queue[:-2]
+
+        def _get(self):
+            return self._queue.pop(0)
+
+    async def main():
+        q = Newest()
+        for i in range(5):
+            await q.put(i)
+        return [q.qsize(), q._queue[:], await q.get(), q.get_nowait(), q.empty()]
+    assert Newest._native_storage is None
+    assert run(loop, main()) == [2, [3, 4], 3, 4, True]
