@@ -270,6 +270,32 @@ def one_million(scale):
     return [trivial] * _count(1_000_000, scale)
 
 
+def primitive_ops(scale):
+    """No CPU work: 50 tasks x 2000 rounds of `async with Lock`, `async with
+    Semaphore(4)` around a sleep(0), `Event.wait()` on a set event and a
+    Queue put/get pair — the primitives' own cost (not in BENCHMARKS.md;
+    lock_contention and semaphore_bounded bury it under CPU work)."""
+    rounds = _count(2000, scale)
+
+    async def program(aio):
+        lock, sem, ev, queue = aio.Lock(), aio.Semaphore(4), aio.Event(), aio.Queue()
+        ev.set()
+
+        async def worker():
+            for i in range(rounds):
+                async with lock:
+                    pass
+                async with sem:
+                    await aio.sleep(0)
+                await ev.wait()
+                await queue.put(i)
+                await queue.get()
+
+        await aio.gather(*(worker() for _ in range(50)))
+
+    return [program]
+
+
 WORKLOADS = {
     "mixed": mixed,
     "mixed_alloc": mixed_alloc,
@@ -286,4 +312,5 @@ WORKLOADS = {
     "block_inline": block_inline,
     "block_offload": block_offload,
     "one_million": one_million,
+    "primitive_ops": primitive_ops,
 }
