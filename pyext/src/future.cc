@@ -50,7 +50,7 @@ thread_local FutureObject* last_awaited = nullptr;
 // Hands `cbs` over in registration order: task wakers directly, the rest
 // to the loop (in one ordered batch when the loop is ours). Called with no
 // lock held. Steals the references in `cbs`.
-int ScheduleCallbacks(FutureObject* fut, std::vector<Callback>& cbs) {
+int ScheduleCallbacks(FutureObject* fut, PendingCallbacks& cbs) {
   if (cbs.empty()) return 0;
   int rc = 0;
   std::vector<Callback> python;  // Allocates only if there are any.
@@ -88,15 +88,35 @@ int ScheduleCallbacks(FutureObject* fut, std::vector<Callback>& cbs) {
   return rc;
 }
 
+// Appends a done callback (its references pass to the future). Caller
+// holds the critical section.
+void AppendCallbackLocked(FutureObject* fut, const Callback& cb) {
+  if (fut->first_callback.fn == nullptr) {
+    fut->first_callback = cb;
+    return;
+  }
+  if (fut->more_callbacks == nullptr) fut->more_callbacks = new std::vector<Callback>();
+  fut->more_callbacks->push_back(cb);
+}
+
+// Calls fn(cb) on each pending callback, in order. Caller holds the
+// critical section (or the world is stopped, for traverse).
+template <typename Fn>
+void ForEachCallback(const FutureObject* fut, Fn fn) {
+  if (fut->first_callback.fn == nullptr) return;
+  fn(fut->first_callback);
+  if (fut->more_callbacks != nullptr) {
+    for (const Callback& cb : *fut->more_callbacks) fn(cb);
+  }
+}
+
 // Takes the pending callbacks out of the future. Caller holds the critical
 // section.
-std::vector<Callback> TakeCallbacksLocked(FutureObject* fut) {
-  std::vector<Callback> out;
-  if (fut->callbacks != nullptr) {
-    out.swap(*fut->callbacks);
-    delete fut->callbacks;
-    fut->callbacks = nullptr;
-  }
+PendingCallbacks TakeCallbacksLocked(FutureObject* fut) {
+  PendingCallbacks out;
+  ForEachCallback(fut, [&](const Callback& cb) { out.push_back(cb); });
+  fut->first_callback = Callback{nullptr, nullptr};
+  delete std::exchange(fut->more_callbacks, nullptr);
   return out;
 }
 
@@ -164,13 +184,13 @@ int Future_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(fut->cancel_msg);
   Py_VISIT(fut->cancelled_exc);
   Py_VISIT(fut->dict);
-  if (fut->callbacks != nullptr) {
-    for (const Callback& cb : *fut->callbacks) {
-      Py_VISIT(cb.fn);
-      Py_VISIT(cb.ctx);  // Py_VISIT skips a null context (native callbacks).
-    }
-  }
-  return 0;
+  int r = 0;
+  ForEachCallback(fut, [&](const Callback& cb) {
+    if (r == 0 && cb.fn != nullptr) r = visit(cb.fn, arg);
+    // A native callback has no context.
+    if (r == 0 && cb.ctx != nullptr) r = visit(cb.ctx, arg);
+  });
+  return r;
 }
 
 int Future_clear(PyObject* self) {
@@ -182,14 +202,10 @@ int Future_clear(PyObject* self) {
   Py_CLEAR(fut->cancel_msg);
   Py_CLEAR(fut->cancelled_exc);
   Py_CLEAR(fut->dict);
-  if (fut->callbacks != nullptr) {
-    std::vector<Callback>* cbs = fut->callbacks;
-    fut->callbacks = nullptr;
-    for (Callback& cb : *cbs) {
-      Py_DECREF(cb.fn);
-      Py_XDECREF(cb.ctx);
-    }
-    delete cbs;
+  PendingCallbacks cbs = TakeCallbacksLocked(fut);
+  for (Callback& cb : cbs) {
+    Py_DECREF(cb.fn);
+    Py_XDECREF(cb.ctx);
   }
   return 0;
 }
@@ -323,12 +339,9 @@ PyObject* InvalidState() {
   return nullptr;
 }
 
+// Lock-free: a future leaves kPending once, after its outcome is written.
 bool IsPending(PyObject* self) {
-  bool pending;
-  Py_BEGIN_CRITICAL_SECTION(self);
-  pending = AsFuture(self)->state == FutureState::kPending;
-  Py_END_CRITICAL_SECTION();
-  return pending;
+  return AsFuture(self)->state.load(std::memory_order_acquire) == FutureState::kPending;
 }
 
 PyObject* Future_set_result(PyObject* self, PyObject* result) {
@@ -371,7 +384,7 @@ PyObject* Future_set_exception(PyObject* self, PyObject* exception) {
   }
   PyObject* tb = PyException_GetTraceback(exc);
   FutureState was;
-  std::vector<Callback> cbs;
+  PendingCallbacks cbs;
   Py_BEGIN_CRITICAL_SECTION(self);
   was = fut->state;
   if (was == FutureState::kPending) {
@@ -427,12 +440,11 @@ PyObject* Future_add_done_callback(PyObject* self, PyObject* const* args,
   if (fut->state != FutureState::kPending) {
     done = true;
   } else {
-    if (fut->callbacks == nullptr) fut->callbacks = new std::vector<Callback>();
-    fut->callbacks->push_back(Callback{Py_NewRef(fn), ctx});
+    AppendCallbackLocked(fut, Callback{Py_NewRef(fn), ctx});
   }
   Py_END_CRITICAL_SECTION();
   if (done) {
-    std::vector<Callback> one{Callback{Py_NewRef(fn), ctx}};
+    PendingCallbacks one{Callback{Py_NewRef(fn), ctx}};
     if (ScheduleCallbacks(fut, one) < 0) return nullptr;
   }
   Py_RETURN_NONE;
@@ -442,12 +454,12 @@ PyObject* Future_remove_done_callback(PyObject* self, PyObject* fn) {
   FutureObject* fut = AsFuture(self);
   // Take the list out, compare outside the lock (== may run Python), put
   // back what stays, and merge anything registered meanwhile.
-  std::vector<Callback> cbs;
+  PendingCallbacks cbs;
   Py_BEGIN_CRITICAL_SECTION(self);
   cbs = TakeCallbacksLocked(fut);
   Py_END_CRITICAL_SECTION();
-  std::vector<Callback> keep;
-  std::vector<Callback> drop;
+  PendingCallbacks keep;
+  PendingCallbacks drop;
   Py_ssize_t removed = 0;
   int error = 0;
   for (Callback& cb : cbs) {
@@ -467,18 +479,14 @@ PyObject* Future_remove_done_callback(PyObject* self, PyObject* fn) {
       keep.push_back(cb);
     }
   }
-  std::vector<Callback> late;
   bool pending;
   Py_BEGIN_CRITICAL_SECTION(self);
   pending = fut->state == FutureState::kPending;
   if (pending) {
-    late = TakeCallbacksLocked(fut);
-    keep.insert(keep.end(), late.begin(), late.end());
-    late.clear();
-    if (!keep.empty()) {
-      fut->callbacks = new std::vector<Callback>(std::move(keep));
-      keep.clear();
-    }
+    PendingCallbacks late = TakeCallbacksLocked(fut);
+    for (const Callback& cb : keep) AppendCallbackLocked(fut, cb);
+    for (const Callback& cb : late) AppendCallbackLocked(fut, cb);
+    keep.clear();
   }
   Py_END_CRITICAL_SECTION();
   // Completed while we compared: the callbacks we held still have to run.
@@ -608,13 +616,11 @@ PyObject* Future_get_callbacks(PyObject* self, void*) {
   FutureObject* fut = AsFuture(self);
   PyObject* list = PyList_New(0);
   if (list == nullptr) return nullptr;
-  std::vector<Callback> copy;
+  PendingCallbacks copy;
   Py_BEGIN_CRITICAL_SECTION(self);
-  if (fut->callbacks != nullptr) {
-    for (const Callback& cb : *fut->callbacks) {
-      copy.push_back(Callback{Py_NewRef(cb.fn), Py_NewRef(cb.ctx ? cb.ctx : Py_None), nullptr});
-    }
-  }
+  ForEachCallback(fut, [&](const Callback& cb) {
+    copy.push_back(Callback{Py_NewRef(cb.fn), Py_NewRef(cb.ctx ? cb.ctx : Py_None), nullptr});
+  });
   Py_END_CRITICAL_SECTION();
   int error = 0;
   for (Callback& cb : copy) {
@@ -898,8 +904,7 @@ int FutureAddNativeCallback(FutureObject* fut, PyObject* owner, NativeCallback n
   if (fut->state != FutureState::kPending) {
     done = true;
   } else {
-    if (fut->callbacks == nullptr) fut->callbacks = new std::vector<Callback>();
-    fut->callbacks->push_back(Callback{Py_NewRef(owner), nullptr, native});
+    AppendCallbackLocked(fut, Callback{Py_NewRef(owner), nullptr, native});
   }
   Py_END_CRITICAL_SECTION();
   return done ? 1 : 0;
@@ -915,6 +920,22 @@ int FutureGetOutcome(FutureObject* fut, bool* cancelled, PyObject** result,
   *cancelled = false;
   *result = nullptr;
   *exc = nullptr;
+  // Done futures never change their outcome: a result or a cancellation
+  // is read without the lock (gather reads every child this way). Only an
+  // exception needs it, to mark it retrieved.
+  switch (fut->state.load(std::memory_order_acquire)) {
+    case FutureState::kPending:
+      return -1;
+    case FutureState::kCancelled:
+      *cancelled = true;
+      return 0;
+    case FutureState::kFinished:
+      if (fut->exception == nullptr) {
+        *result = Py_NewRef(fut->result != nullptr ? fut->result : Py_None);
+        return 0;
+      }
+      break;
+  }
   Py_BEGIN_CRITICAL_SECTION(fut);
   switch (fut->state) {
     case FutureState::kPending:
@@ -945,11 +966,7 @@ PyObject* FutureCancelMessage(FutureObject* fut) {
 }
 
 FutureState FutureCurrentState(FutureObject* fut) {
-  FutureState state;
-  Py_BEGIN_CRITICAL_SECTION(fut);
-  state = fut->state;
-  Py_END_CRITICAL_SECTION();
-  return state;
+  return fut->state.load(std::memory_order_acquire);
 }
 
 PyObject* FutureAwaitIter(FutureObject* fut) {
@@ -962,7 +979,7 @@ bool FutureIsDone(FutureObject* fut) {
 
 int FutureTrySetResult(FutureObject* fut, PyObject* result) {
   bool set = false;
-  std::vector<Callback> cbs;
+  PendingCallbacks cbs;
   Py_BEGIN_CRITICAL_SECTION(fut);
   if (fut->state == FutureState::kPending) {
     fut->result = Py_NewRef(result);
@@ -1041,7 +1058,7 @@ int FutureSetException(FutureObject* fut, PyObject* exc) {
 
 int FutureCancel(FutureObject* fut, PyObject* msg) {
   bool cancelled = false;
-  std::vector<Callback> cbs;
+  PendingCallbacks cbs;
   Py_BEGIN_CRITICAL_SECTION(fut);
   if (fut->state == FutureState::kPending) {
     fut->state = FutureState::kCancelled;

@@ -3,7 +3,10 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <vector>
+
+#include "absl/container/inlined_vector.h"
 
 namespace mt::pyext {
 
@@ -31,9 +34,15 @@ struct Callback {
   NativeCallback native = nullptr;  // Set exactly when ctx is nullptr.
 };
 
+// A batch of callbacks taken out of a future; no allocation for up to two.
+using PendingCallbacks = absl::InlinedVector<Callback, 2>;
+
 struct FutureObject {
   PyObject_HEAD
-  FutureState state;
+  // Written under the critical section, always before the outcome fields
+  // it publishes; atomic so that a done future can be recognised, and its
+  // outcome read, without taking the lock (results never change after).
+  std::atomic<FutureState> state;
   bool blocking;       // _asyncio_future_blocking
   bool log_traceback;  // An exception was set and nobody looked at it.
   PyObject* loop;
@@ -42,7 +51,11 @@ struct FutureObject {
   PyObject* exception_tb;
   PyObject* cancel_msg;
   PyObject* cancelled_exc;  // Cached CancelledError for result()/exception().
-  std::vector<Callback>* callbacks;  // Pending done callbacks, or nullptr.
+  // Pending done callbacks in registration order: the first inline (most
+  // futures get exactly one, the awaiting task's waker, and then need no
+  // allocation), the rest on the heap. first_callback.fn == nullptr: none.
+  Callback first_callback;
+  std::vector<Callback>* more_callbacks;
   PyObject* weakreflist;
   PyObject* dict;  // Instance __dict__: subclasses and tests set attributes.
 };
