@@ -60,21 +60,20 @@ thread_local PyObject* current_task = nullptr;
 constexpr bool kTellAsyncio = PY_VERSION_HEX >= 0x030E0000;
 
 TaskObject* AsTask(PyObject* o) { return reinterpret_cast<TaskObject*>(o); }
-PyObject* AsObj(TaskObject* t) { return reinterpret_cast<PyObject*>(t); }
 
 
 bool StepTask(PyObject* self);
 
 // Steps its task on a worker. Holds the task strongly until the task is
-// done (the task holds the unit back; the cycle ends with the task).
+// done (the task holds the unit back; the cycle ends with the task). The
+// loop is borrowed from the task, which keeps it alive: a reference of the
+// unit's own would be one more atomic increment and decrement per task on
+// the loop object, shared by every worker.
 class TaskUnit final : public rt_task::Task {
  public:
   TaskUnit(PyObject* loop, PyObject* task)
-      : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), task_(Py_NewRef(task)) {}
-  ~TaskUnit() override {
-    DecRefAnyThread(task_);
-    DecRefAnyThread(loop_);
-  }
+      : Task(/*scheduled=*/false), loop_(loop), task_(Py_NewRef(task)) {}
+  ~TaskUnit() override { DecRefAnyThread(task_); }
   bool Poll() override {
     if (task_ == nullptr) return true;
     if (LoopDeferIfStopped(loop_, this)) return false;
@@ -99,7 +98,7 @@ class TaskUnit final : public rt_task::Task {
   }
 
  private:
-  PyObject* loop_;
+  PyObject* loop_;  // Borrowed; valid while task_ is held.
   PyObject* task_;
 };
 
