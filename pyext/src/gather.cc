@@ -1,6 +1,9 @@
 #include "pyext/src/gather.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -407,6 +410,96 @@ int Attach(PyObject* outer, PyObject* child) {
   return 0;
 }
 
+// Whether `arg` hashes and compares by identity (coroutines, futures and
+// tasks do), so that a pointer comparison says what a dict lookup would.
+bool IdentityKeyed(PyObject* arg) {
+  PyTypeObject* type = Py_TYPE(arg);
+  return type->tp_hash == PyBaseObject_Type.tp_hash &&
+         type->tp_richcompare == PyBaseObject_Type.tp_richcompare;
+}
+
+// gather()'s "each distinct argument once" (stdlib keys a dict by the
+// argument). Coroutines, futures and tasks hash and compare by identity,
+// so for them a pointer table answers the same without Python hashing or
+// the dict's per-operation locking; arguments of other types (a custom
+// __eq__ could merge two of them) use a dict as stdlib does.
+class DistinctArgs {
+ public:
+  ~DistinctArgs() { Py_XDECREF(by_value_); }
+
+  // The future already made for `arg` (borrowed), or nullptr; -1 on error.
+  int Find(PyObject* arg, PyObject** fut) {
+    *fut = nullptr;
+    if (IdentityKeyed(arg)) {
+      if (slots_.empty()) return 0;
+      *fut = Probe(slots_, arg).fut;
+      return 0;
+    }
+    if (by_value_ == nullptr) return 0;
+    PyObject* found;
+    if (PyDict_GetItemRef(by_value_, arg, &found) < 0) return -1;
+    *fut = found;
+    Py_XDECREF(found);  // `children` holds it.
+    return 0;
+  }
+  // Records `fut` (borrowed; `children` holds it) for `arg`.
+  int Add(PyObject* arg, PyObject* fut) {
+    if (IdentityKeyed(arg)) {
+      Slot& slot = SlotFor(arg);
+      if (slot.arg == nullptr) ++used_;
+      slot.arg = arg;
+      slot.fut = fut;
+      return 0;
+    }
+    if (by_value_ == nullptr && (by_value_ = PyDict_New()) == nullptr) return -1;
+    return PyDict_SetItem(by_value_, arg, fut);
+  }
+
+ private:
+  struct Slot {
+    PyObject* arg = nullptr;
+    PyObject* fut = nullptr;
+  };
+  // The slot holding `arg`, or the empty one where it would go (linear
+  // probing; the table grows to stay at most half full).
+  Slot& SlotFor(PyObject* arg) {
+    if ((used_ + 1) * 2 > slots_.size()) Grow();
+    return Probe(slots_, arg);
+  }
+  static Slot& Probe(std::vector<Slot>& slots, PyObject* arg) {
+    const std::size_t mask = slots.size() - 1;
+    std::size_t i = (reinterpret_cast<std::uintptr_t>(arg) >> 4) * 0x9E3779B97F4A7C15ull >> 20;
+    for (;; ++i) {
+      Slot& slot = slots[i & mask];
+      if (slot.arg == arg || slot.arg == nullptr) return slot;
+    }
+  }
+  void Grow() {
+    std::vector<Slot> bigger(slots_.empty() ? 16 : slots_.size() * 2);
+    for (const Slot& slot : slots_) {
+      if (slot.arg != nullptr) Probe(bigger, slot.arg) = slot;
+    }
+    slots_.swap(bigger);
+  }
+
+  std::vector<Slot> slots_;
+  std::size_t used_ = 0;
+  PyObject* by_value_ = nullptr;  // dict, created on first use.
+};
+
+// True when no argument can equal another: all are identity-keyed and no
+// object is passed twice. The common case (one fresh coroutine per
+// argument) then needs no lookup per argument; sorting the addresses is
+// far cheaper than a table too large for the cache (one_million).
+bool AllDistinctByIdentity(PyObject* const* args, Py_ssize_t nargs) {
+  std::vector<PyObject*> sorted(args, args + nargs);
+  for (PyObject* arg : sorted) {
+    if (!IdentityKeyed(arg)) return false;
+  }
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+}
+
 PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
                         PyObject* kwnames) {
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -431,22 +524,24 @@ PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
                                                 : Py_NewRef(Py_None);
   if (loop == nullptr) return nullptr;
   PyObject* children = PyList_New(nargs);
-  PyObject* arg_to_fut = PyDict_New();
+  DistinctArgs seen;
   std::vector<PyObject*> distinct;  // Borrowed from `children`.
   int overrides_create_task = -2;
   distinct.reserve(nargs);
   auto fail = [&]() -> PyObject* {
     Py_XDECREF(children);
-    Py_XDECREF(arg_to_fut);
     Py_DECREF(loop);
     return nullptr;
   };
-  if (children == nullptr || arg_to_fut == nullptr) return fail();
+  if (children == nullptr) return fail();
+  const bool all_distinct = AllDistinctByIdentity(args, nargs);
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* arg = args[i];
-    PyObject* fut;
-    if (PyDict_GetItemRef(arg_to_fut, arg, &fut) < 0) return fail();
-    if (fut == nullptr) {
+    PyObject* fut = nullptr;
+    if (!all_distinct && seen.Find(arg, &fut) < 0) return fail();
+    if (fut != nullptr) {
+      Py_INCREF(fut);
+    } else {
       fut = EnsureFuture(arg, loop, overrides_create_task);
       if (fut == nullptr) return fail();
       if (loop == Py_None) {
@@ -463,7 +558,7 @@ PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
           PyObject_SetAttr(fut, str_log_destroy_pending, Py_False) < 0) {
         PyErr_Clear();
       }
-      if (PyDict_SetItem(arg_to_fut, arg, fut) < 0) {
+      if (!all_distinct && seen.Add(arg, fut) < 0) {
         Py_DECREF(fut);
         return fail();
       }
@@ -471,7 +566,6 @@ PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
     }
     PyList_SET_ITEM(children, i, fut);
   }
-  Py_CLEAR(arg_to_fut);
 
   auto* g = reinterpret_cast<GatheringFutureObject*>(
       gathering_future_type->tp_alloc(gathering_future_type, 0));

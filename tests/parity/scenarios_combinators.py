@@ -20,6 +20,44 @@ async def gather_same_awaitable_twice(aio):
 
 
 @scenario
+async def gather_duplicates_among_many(aio):
+    # Duplicates anywhere in a long argument list (coroutines, tasks and a
+    # plain future), each wrapped or awaited once.
+    coros = [value_after(aio, i) for i in range(300)]
+    fut = aio.get_running_loop().create_future()
+    fut.set_result("f")
+    task = aio.create_task(value_after(aio, "t"))
+    args = coros[:150] + [fut, task, coros[7]] + coros[150:] + [task, fut, coros[299]]
+    res = await aio.gather(*args)
+    return [res[:3], res[150:153], res[-3:], len(res)]
+
+
+class _EqualAwaitable:
+    """Awaitables that compare equal to each other: gather() keys its
+    arguments by equality, so stdlib awaits only the first."""
+
+    def __init__(self, aio, value, log):
+        self.aio, self.value, self.log = aio, value, log
+
+    def __eq__(self, other):
+        return isinstance(other, _EqualAwaitable)
+
+    def __hash__(self):
+        return 1
+
+    def __await__(self):
+        self.log.append(self.value)
+        return self.aio.sleep(0, self.value).__await__()
+
+
+@scenario
+async def gather_merges_arguments_that_compare_equal(aio):
+    log = []
+    res = await aio.gather(_EqualAwaitable(aio, "a", log), _EqualAwaitable(aio, "b", log))
+    return [res, log]
+
+
+@scenario
 async def gather_first_exception_propagates(aio):
     return await aobserve(aio.gather(value_after(aio, 1), fail_after(aio, ValueError("bad"))))
 
