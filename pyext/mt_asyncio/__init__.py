@@ -54,15 +54,19 @@ def runtime(threads=None, *, context=False, blocking_threadpool_size=128,
 
     ``context`` is accepted for the seed API's sake: the loop always runs
     every task and callback in its contextvars context, as asyncio requires,
-    whatever it says. ``signals`` (signals for the runtime to act on) is not
-    implemented yet; only None or an empty collection is accepted.
+    whatever it says.
+
+    ``signals`` lists signals that begin a coordinated shutdown of the
+    runtime: every ``asyncio.run()`` in progress has its main task
+    cancelled (as Ctrl-C does in stdlib) and is waited for while it unwinds
+    and closes; ``run()`` then raises KeyboardInterrupt for SIGINT and the
+    main task's CancelledError otherwise. When no run is in progress the
+    signal goes to the handler installed before. Main thread only.
     """
     if not isinstance(context, bool):
         raise TypeError(f"context must be a bool, not {type(context).__name__}")
-    if signals is not None and len(tuple(signals)) != 0:
-        raise NotImplementedError(
-            "mt_asyncio.runtime(signals=...) is not implemented yet "
-            "(see docs/compatibility.md)")
+    from . import _signals
+    wanted = _signals.parse(signals)
     for name, value in (("blocking_threadpool_size", blocking_threadpool_size),
                         ("blocking_threadpool_idle_ttl", blocking_threadpool_idle_ttl)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -77,14 +81,15 @@ def runtime(threads=None, *, context=False, blocking_threadpool_size=128,
     if info["state"] != "running":
         start_runtime(threads, blocking_threadpool_size=blocking_threadpool_size,
                       blocking_threadpool_idle_ttl=blocking_threadpool_idle_ttl)
-        return
-    if float(blocking_threadpool_idle_ttl) != float(info["blocking_threadpool_idle_ttl"]):
-        raise RuntimeError("blocking_threadpool_idle_ttl can only be chosen before "
-                           "the runtime starts")
-    if threads is not None:
-        _configure_threads(threads)
-    if blocking_threadpool_size != info["blocking"]["max_threads"]:
-        _core.set_blocking_threads_max(blocking_threadpool_size)
+    else:
+        if float(blocking_threadpool_idle_ttl) != float(info["blocking_threadpool_idle_ttl"]):
+            raise RuntimeError("blocking_threadpool_idle_ttl can only be chosen before "
+                               "the runtime starts")
+        if threads is not None:
+            _configure_threads(threads)
+        if blocking_threadpool_size != info["blocking"]["max_threads"]:
+            _core.set_blocking_threads_max(blocking_threadpool_size)
+    _signals.listen(wanted)
 
 
 def _configure_threads(threads):

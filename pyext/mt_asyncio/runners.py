@@ -1,13 +1,16 @@
 """asyncio.run() and Runner on mt_asyncio's parallel loop."""
 
+import contextlib
 import contextvars
 import enum
 import functools
 import signal
 import threading
+import time
+import weakref
 from asyncio import coroutines, events, exceptions
 
-from . import base_events, tasks
+from . import _core, base_events, tasks
 
 __all__ = ["Runner", "run"]
 
@@ -16,6 +19,66 @@ class _State(enum.Enum):
     CREATED = "created"
     INITIALIZED = "initialized"
     CLOSED = "closed"
+
+
+# Runners that are running or closing, for a coordinated runtime shutdown
+# (the control plane's, or a signal given to mt_asyncio.runtime(signals=)):
+# runner -> [nesting depth, main task while run() runs].
+_busy_lock = threading.Lock()
+_busy = {}
+# Main tasks a shutdown cancelled, and the signal that began it (if any).
+_cancelled_by_shutdown = weakref.WeakSet()
+_shutdown_signal = None
+
+
+@contextlib.contextmanager
+def _busy_while(runner, main_task=None):
+    with _busy_lock:
+        entry = _busy.setdefault(runner, [0, None])
+        entry[0] += 1
+        if main_task is not None:
+            entry[1] = main_task
+    try:
+        yield
+    finally:
+        with _busy_lock:
+            entry[0] -= 1
+            if main_task is not None:
+                entry[1] = None
+            if entry[0] == 0:
+                del _busy[runner]
+
+
+def _any_busy():
+    with _busy_lock:
+        return bool(_busy)
+
+
+def _drain(grace):
+    """The runtime's drain hook: wind down every run in progress the way
+    Ctrl-C winds down asyncio.run() — cancel its main task, so finally
+    blocks and ``async with`` exits run — then wait, up to `grace` seconds,
+    until every runner has finished running and closing. Runs on the thread
+    running the shutdown."""
+    reason = "mt_asyncio runtime shutdown"
+    if _shutdown_signal is not None:
+        reason += f" ({signal.Signals(_shutdown_signal).name})"
+    with _busy_lock:
+        runs = [(runner._loop, entry[1]) for runner, entry in _busy.items()]
+    for loop, task in runs:
+        if task is None or task.done():
+            continue
+        _cancelled_by_shutdown.add(task)
+        try:
+            loop.call_soon_threadsafe(task.cancel, reason)
+        except RuntimeError:
+            pass  # Its loop closed meanwhile: nothing left to wind down.
+    deadline = time.monotonic() + grace
+    while _any_busy() and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+_core._set_drain_hook(_drain)
 
 
 class Runner:
@@ -43,9 +106,10 @@ class Runner:
             return
         try:
             loop = self._loop
-            _cancel_all_tasks(loop)
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
+            with _busy_while(self):
+                _cancel_all_tasks(loop)
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
         finally:
             if self._set_event_loop:
                 events.set_event_loop(None)
@@ -77,9 +141,12 @@ class Runner:
             sigint_installed = True
         self._interrupt_count = 0
         try:
-            return self._loop.run_until_complete(task)
+            with _busy_while(self, task):
+                return self._loop.run_until_complete(task)
         except exceptions.CancelledError:
-            if self._interrupt_count > 0:
+            interrupted = self._interrupt_count > 0 or (
+                task in _cancelled_by_shutdown and _shutdown_signal == signal.SIGINT)
+            if interrupted:
                 uncancel = getattr(task, "uncancel", None)
                 if uncancel is not None and uncancel() == 0:
                     raise KeyboardInterrupt()
@@ -125,7 +192,9 @@ def run(main, *, debug=None, loop_factory=None, threads=None):
     if threads is not None:
         from . import _configure_threads
         _configure_threads(threads)
-    with Runner(debug=debug, loop_factory=loop_factory) as runner:
+    runner = Runner(debug=debug, loop_factory=loop_factory)
+    # Busy from start to close: a shutdown in between waits for the close.
+    with _busy_while(runner), runner:
         return runner.run(main)
 
 

@@ -180,6 +180,26 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       "Change the running runtime's blocking-pool limit live.");
 
   m.def(
+      "request_shutdown",
+      [] {
+        std::shared_ptr<mt::runtime::Runtime> rt = RuntimeHolder::Instance().current();
+        if (rt) rt->RequestShutdown();
+      },
+      "Begin a coordinated shutdown of the runtime without waiting for it "
+      "(the supervisor thread runs it with the configured grace).");
+
+  m.def(
+      "_set_drain_hook",
+      [](py::object fn) {
+        if (!fn.is_none() && !PyCallable_Check(fn.ptr())) {
+          throw py::type_error("the drain hook must be callable or None");
+        }
+        RuntimeHolder::Instance().SetDrainCallback(std::move(fn));
+      },
+      py::arg("fn"),
+      "Set fn(grace_seconds), run when a coordinated shutdown begins.");
+
+  m.def(
       "on_worker_thread",
       [] { return RuntimeHolder::Instance().IsWorkerThread(); },
       "True when called on one of the runtime's worker threads.");

@@ -690,6 +690,14 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
       error = PyErr_GetRaisedException();
       break;
     }
+    if (st->runtime->state() == runtime::admin::RuntimeState::kStopped) {
+      // Nothing will run this loop's work any more: say so rather than
+      // wait for a stop() that cannot come.
+      PyErr_SetString(PyExc_RuntimeError,
+                      "the mt_asyncio runtime shut down while this loop was running");
+      error = PyErr_GetRaisedException();
+      break;
+    }
   }
   {
     std::lock_guard<std::mutex> lock(st->mu);

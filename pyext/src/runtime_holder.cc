@@ -75,6 +75,9 @@ void RuntimeHolder::Start(runtime::Config config) {
   // for every long step would be noise in CPU-heavy programs (asyncio too
   // only warns about slow callbacks in debug mode).
   rt->SetStallHandler(nullptr);
+  const double grace_seconds =
+      std::chrono::duration<double>(rt->config().shutdown_grace).count();
+  rt->AddDrainHook([grace_seconds] { RunDrainCallback(grace_seconds); });
   absl::Status status = rt->Start();
   if (!status.ok()) throw std::runtime_error(std::string(status.message()));
 }
@@ -149,6 +152,41 @@ absl::Status RuntimeHolder::BeginShutdown(std::chrono::milliseconds grace) {
   std::shared_ptr<runtime::Runtime> rt = current();
   if (!rt) return absl::FailedPreconditionError("no runtime is running");
   return rt->BeginShutdown(grace);
+}
+
+namespace {
+PyObject* drain_callback = nullptr;  // Strong; guarded by drain_mu.
+std::mutex drain_mu;
+}  // namespace
+
+void RuntimeHolder::SetDrainCallback(py::object fn) {
+  PyObject* old;
+  {
+    std::lock_guard<std::mutex> lock(drain_mu);
+    old = std::exchange(drain_callback, fn.is_none() ? nullptr : fn.release().ptr());
+  }
+  Py_XDECREF(old);
+}
+
+void RuntimeHolder::RunDrainCallback(double grace_seconds) {
+  // A shutdown at interpreter exit (atexit) still runs it; one during
+  // finalization proper does not touch Python.
+  if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+  PyGILState_STATE state = PyGILState_Ensure();
+  PyObject* fn;
+  {
+    std::lock_guard<std::mutex> lock(drain_mu);
+    fn = Py_XNewRef(drain_callback);
+  }
+  if (fn != nullptr) {
+    PyObject* grace = PyFloat_FromDouble(grace_seconds);
+    PyObject* result = grace != nullptr ? PyObject_CallOneArg(fn, grace) : nullptr;
+    if (result == nullptr) PyErr_WriteUnraisable(fn);
+    Py_XDECREF(result);
+    Py_XDECREF(grace);
+    Py_DECREF(fn);
+  }
+  PyGILState_Release(state);
 }
 
 std::shared_ptr<runtime::Runtime> RuntimeHolder::current() const {

@@ -43,7 +43,15 @@ class RuntimeHolder final : public runtime::admin::AdminApi {
   absl::Status SetBlockingThreadsMax(std::size_t max_threads) override;
   absl::Status BeginShutdown(std::chrono::milliseconds grace) override;
 
+  // What the Python layer runs when a coordinated shutdown begins (a drain
+  // hook of every runtime started from now on): called with the grace in
+  // seconds, on the thread running the shutdown, attached for the call.
+  // It winds down the loops that run (mt_asyncio.runners). Needs the
+  // caller attached; None clears it.
+  void SetDrainCallback(pybind11::object fn);
+
  private:
+  static void RunDrainCallback(double grace_seconds);
 
   mutable std::mutex mu_;
   std::shared_ptr<runtime::Runtime> runtime_;  // Guarded by mu_.

@@ -186,7 +186,9 @@ def test_runtime_rejects_bad_options():
                         ({"blocking_threadpool_size": 0}, ValueError),
                         ({"blocking_threadpool_size": "8"}, TypeError),
                         ({"blocking_threadpool_idle_ttl": -1}, ValueError),
-                        ({"signals": [signal.SIGTERM]}, NotImplementedError)]:
+                        ({"signals": ["SIGTERM"]}, ValueError),
+                        ({"signals": [signal.SIGKILL + 1000]}, ValueError),
+                        ({"signals": signal.SIGTERM}, TypeError)]:
         with pytest.raises(exc):
             mt_asyncio.runtime(**kwargs)
         assert mt_asyncio.runtime_info()["state"] != "running", kwargs

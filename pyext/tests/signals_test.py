@@ -1,0 +1,140 @@
+"""mt_asyncio.runtime(signals=...) and the coordinated shutdown of a
+runtime while asyncio.run() is in progress.
+
+Each case runs in a fresh interpreter: signal handlers and the runtime are
+process-wide, and one case ends the process on purpose."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+WAIT = 60  # Seconds for a child process; each one needs well under 2.
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+PRELUDE = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    import mt_asyncio
+    import mt_asyncio.asyncio as asyncio
+
+    log = []
+
+    async def main():
+        log.append("started")
+        try:
+            await asyncio.sleep(30)
+        finally:
+            log.append("finally")
+            await asyncio.sleep(0.01)  # Unwinding may still await.
+            log.append("unwound")
+
+    def report(outcome):
+        stopped = mt_asyncio.runtime_info()["state"] != "running"
+        print(outcome, log, stopped, sep="|")
+""")
+
+
+def run_child(body):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
+                          capture_output=True, text=True, timeout=WAIT, env=env)
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("SIGTERM", "CancelledError:mt_asyncio runtime shutdown (SIGTERM)"),
+    ("SIGUSR1", "CancelledError:mt_asyncio runtime shutdown (SIGUSR1)"),
+    ("SIGINT", "KeyboardInterrupt:"),
+])
+def test_listed_signal_winds_down_asyncio_run(name, expected):
+    proc = run_child(f"""
+        mt_asyncio.runtime(threads=2, signals=[signal.{name}])
+
+        async def send_when_started():
+            while not log:
+                await asyncio.sleep(0.001)
+            os.kill(os.getpid(), signal.{name})
+
+        async def program():
+            asyncio.get_running_loop().create_task(send_when_started())
+            await main()
+
+        try:
+            asyncio.run(program())
+            report("returned")
+        except BaseException as exc:
+            report(f"{{type(exc).__name__}}:{{exc}}")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    # The main task was cancelled and unwound (its finally could await);
+    # then the runtime shut down.
+    assert proc.stdout.strip().split("|") == [
+        expected, "['started', 'finally', 'unwound']", "True"], proc.stdout
+
+
+def test_listed_signal_with_no_run_in_progress_keeps_its_default_action():
+    proc = run_child("""
+        mt_asyncio.runtime(threads=1, signals=[signal.SIGTERM])
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        print("survived")
+    """)
+    assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stdout, proc.stderr)
+    assert "survived" not in proc.stdout
+
+
+def test_listed_signal_with_no_run_goes_to_the_previous_handler():
+    proc = run_child("""
+        seen = []
+        signal.signal(signal.SIGUSR1, lambda s, f: seen.append(s))
+        mt_asyncio.runtime(threads=1, signals=[signal.SIGUSR1])
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.05)
+        print(seen == [signal.SIGUSR1], mt_asyncio.runtime_info()["state"])
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "running"]
+
+
+def test_signals_only_from_the_main_thread():
+    proc = run_child("""
+        errors = []
+        def configure():
+            try:
+                mt_asyncio.runtime(threads=1, signals=[signal.SIGTERM])
+            except ValueError as exc:
+                errors.append(str(exc))
+        t = threading.Thread(target=configure)
+        t.start()
+        t.join()
+        print(errors, mt_asyncio.runtime_info()["state"])
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert "main thread" in proc.stdout and proc.stdout.split()[-1] == "created"
+
+
+def test_runtime_shutdown_from_another_thread_winds_down_a_run():
+    # The control plane's shutdown takes the same path: no run is left
+    # waiting for work that will never be stepped.
+    proc = run_child("""
+        mt_asyncio.runtime(threads=2)
+
+        def shut_down_when_started():
+            while not log:
+                time.sleep(0.001)
+            mt_asyncio._core.request_shutdown()
+
+        threading.Thread(target=shut_down_when_started).start()
+        try:
+            asyncio.run(main())
+            report("returned")
+        except BaseException as exc:
+            report(f"{type(exc).__name__}:{exc}")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().split("|") == [
+        "CancelledError:mt_asyncio runtime shutdown",
+        "['started', 'finally', 'unwound']", "True"], proc.stdout
