@@ -7,9 +7,11 @@ those runs to unwind and close their loops; then the runtime stops. run()
 raises KeyboardInterrupt for SIGINT, as stdlib does, and otherwise the main
 task's CancelledError, whose message names the signal.
 
-A listed signal that arrives while no mt_asyncio run is in progress is
-handed to the handler that was installed before (for SIGTERM, the default:
-the process ends), so listening never swallows a signal.
+A listed signal that arrives while no mt_asyncio run is in progress, or
+again while the first one's shutdown runs, is handed to the handler that
+was installed before (for SIGTERM the default: the process ends; for
+SIGINT: KeyboardInterrupt), so listening never swallows a signal and a
+second one forces the issue.
 """
 
 import signal
@@ -51,10 +53,13 @@ def listen(wanted):
 def _on_signal(signum, frame):
     from . import runners  # Imported late: runners imports the loop.
 
-    if runners._any_busy():
+    if runners._any_busy() and runners._shutdown_signal is None:
         runners._shutdown_signal = signum
         _core.request_shutdown()
         return
+    # Nothing of ours runs, or this is a second signal while the first
+    # shutdown winds down (as a second Ctrl-C does in asyncio, it acts at
+    # once): the handler installed before decides.
     previous = _previous.get(signum, signal.SIG_DFL)
     if callable(previous):
         previous(signum, frame)

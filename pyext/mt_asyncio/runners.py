@@ -26,8 +26,9 @@ class _State(enum.Enum):
 # runner -> [nesting depth, main task while run() runs].
 _busy_lock = threading.Lock()
 _busy = {}
-# Main tasks a shutdown cancelled, and the signal that began it (if any).
-_cancelled_by_shutdown = weakref.WeakSet()
+# Main tasks a shutdown cancelled -> the signal that began it (or None);
+# and the signal of the shutdown being drained now.
+_cancelled_by_shutdown = weakref.WeakKeyDictionary()
 _shutdown_signal = None
 
 
@@ -60,22 +61,27 @@ def _drain(grace):
     blocks and ``async with`` exits run — then wait, up to `grace` seconds,
     until every runner has finished running and closing. Runs on the thread
     running the shutdown."""
+    global _shutdown_signal
+    signum = _shutdown_signal
     reason = "mt_asyncio runtime shutdown"
-    if _shutdown_signal is not None:
-        reason += f" ({signal.Signals(_shutdown_signal).name})"
+    if signum is not None:
+        reason += f" ({signal.Signals(signum).name})"
     with _busy_lock:
         runs = [(runner._loop, entry[1]) for runner, entry in _busy.items()]
     for loop, task in runs:
         if task is None or task.done():
             continue
-        _cancelled_by_shutdown.add(task)
+        _cancelled_by_shutdown[task] = signum
         try:
             loop.call_soon_threadsafe(task.cancel, reason)
         except RuntimeError:
             pass  # Its loop closed meanwhile: nothing left to wind down.
     deadline = time.monotonic() + grace
-    while _any_busy() and time.monotonic() < deadline:
-        time.sleep(0.002)
+    try:
+        while _any_busy() and time.monotonic() < deadline:
+            time.sleep(0.002)
+    finally:
+        _shutdown_signal = None  # The next signal begins a new shutdown.
 
 
 _core._set_drain_hook(_drain)
@@ -144,8 +150,8 @@ class Runner:
             with _busy_while(self, task):
                 return self._loop.run_until_complete(task)
         except exceptions.CancelledError:
-            interrupted = self._interrupt_count > 0 or (
-                task in _cancelled_by_shutdown and _shutdown_signal == signal.SIGINT)
+            interrupted = (self._interrupt_count > 0
+                           or _cancelled_by_shutdown.get(task) == signal.SIGINT)
             if interrupted:
                 uncancel = getattr(task, "uncancel", None)
                 if uncancel is not None and uncancel() == 0:

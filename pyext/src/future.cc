@@ -738,16 +738,8 @@ PySendResult FutureIter_am_send(PyObject* self, PyObject*, PyObject** out) {
 
 PyObject* FutureIter_iternext(PyObject* self) {
   PyObject* out;
-  switch (FutureIter_am_send(self, Py_None, &out)) {
-    case PYGEN_NEXT:
-      return out;
-    case PYGEN_RETURN:
-      SetStopIterationValue(out);
-      Py_DECREF(out);
-      return nullptr;
-    default:
-      return nullptr;
-  }
+  const PySendResult result = FutureIter_am_send(self, Py_None, &out);
+  return IterNextFromSend(result, out);
 }
 
 PyObject* FutureIter_send(PyObject* self, PyObject*) {
@@ -1017,6 +1009,19 @@ void SetStopIterationValue(PyObject* value) {
   if (stop == nullptr) return;
   PyErr_SetObject(PyExc_StopIteration, stop);
   Py_DECREF(stop);
+}
+
+PyObject* IterNextFromSend(PySendResult result, PyObject* out) {
+  switch (result) {
+    case PYGEN_NEXT:
+      return out;
+    case PYGEN_RETURN:
+      SetStopIterationValue(out);
+      Py_DECREF(out);
+      return nullptr;
+    default:
+      return nullptr;
+  }
 }
 
 void RaiseThrowArguments(PyObject* const* args, Py_ssize_t nargs) {

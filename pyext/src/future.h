@@ -115,6 +115,10 @@ int FutureCancel(FutureObject* fut, PyObject* msg);
 PyObject* FutureCreate(PyObject* loop);
 // Ends an iterator's __next__ with `return value` (StopIteration(value)).
 void SetStopIterationValue(PyObject* value);
+// What tp_iternext returns for one am_send step that gave `result` and
+// `out` (a new reference, consumed): the yielded value, or nullptr with
+// StopIteration(value) or the step's error set.
+PyObject* IterNextFromSend(PySendResult result, PyObject* out);
 // Raises what `throw(*args)` on a generator would raise into its frame
 // (the 1-to-3-argument form); always returns with an error set.
 void RaiseThrowArguments(PyObject* const* args, Py_ssize_t nargs);

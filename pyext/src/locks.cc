@@ -75,8 +75,7 @@ void Primitive_dealloc(PyObject* self) {
 
 PyObject* Primitive_waiters(PyObject* self, void*) {
   PrimitiveObject* p = AsPrimitive(self);
-  Guard g(&p->mu);
-  return p->waiters->AsList();
+  return WaitersAsList(&p->mu, p->waiters);
 }
 
 // --- the waits ------------------------------------------------------------------------
@@ -233,13 +232,15 @@ PyObject* Lock_aenter(PyObject* self, PyObject*) {
 
 PyObject* Lock_release(PyObject* self, PyObject*) {
   LockObject* lock = AsLock(self);
+  bool was_locked;
   {
     Guard g(&lock->base.mu);
-    if (!lock->locked) {
-      PyErr_SetString(PyExc_RuntimeError, "Lock is not acquired.");
-      return nullptr;
-    }
+    was_locked = lock->locked;
     lock->locked = false;
+  }
+  if (!was_locked) {  // Raised after unlocking: making the error allocates.
+    PyErr_SetString(PyExc_RuntimeError, "Lock is not acquired.");
+    return nullptr;
   }
   LockWakeFirst(lock);
   Py_RETURN_NONE;
@@ -339,13 +340,15 @@ PyObject* Semaphore_aenter(PyObject* self, PyObject*) {
 
 PyObject* Semaphore_release(PyObject* self, PyObject*) {
   SemaphoreObject* sem = AsSemaphore(self);
+  bool over_released;
   {
     Guard g(&sem->base.mu);
-    if (sem->bound >= 0 && sem->value >= sem->bound) {
-      PyErr_SetString(PyExc_ValueError, "BoundedSemaphore released too many times");
-      return nullptr;
-    }
-    ++sem->value;
+    over_released = sem->bound >= 0 && sem->value >= sem->bound;
+    if (!over_released) ++sem->value;
+  }
+  if (over_released) {  // Raised after unlocking: making the error allocates.
+    PyErr_SetString(PyExc_ValueError, "BoundedSemaphore released too many times");
+    return nullptr;
   }
   SemaphoreWakeNext(sem);
   Py_RETURN_NONE;

@@ -424,26 +424,20 @@ PyObject* Queue_shutdown(PyObject* self, PyObject* args, PyObject* kwargs) {
   Py_RETURN_NONE;
 }
 
+// The number of items now, or -1 with an error.
+Py_ssize_t Size(QueueObject* q) {
+  Guard g(&q->mu);
+  return SizeLocked(q);
+}
+
 PyObject* Queue_qsize(PyObject* self, PyObject*) {
-  QueueObject* q = AsQueue(self);
-  Py_ssize_t n;
-  {
-    Guard g(&q->mu);
-    n = SizeLocked(q);
-  }
-  if (n < 0) return nullptr;
-  return PyLong_FromSsize_t(n);
+  const Py_ssize_t n = Size(AsQueue(self));
+  return n < 0 ? nullptr : PyLong_FromSsize_t(n);
 }
 
 PyObject* Queue_empty(PyObject* self, PyObject*) {
-  QueueObject* q = AsQueue(self);
-  Py_ssize_t n;
-  {
-    Guard g(&q->mu);
-    n = SizeLocked(q);
-  }
-  if (n < 0) return nullptr;
-  return PyBool_FromLong(n == 0);
+  const Py_ssize_t n = Size(AsQueue(self));
+  return n < 0 ? nullptr : PyBool_FromLong(n == 0);
 }
 
 PyObject* Queue_full(PyObject* self, PyObject*) {
@@ -506,30 +500,12 @@ PyObject* Queue_get_is_shutdown(PyObject* self, void*) {
   return PyBool_FromLong(shut);
 }
 
-PyObject* WaitersList(QueueObject* q, WaiterQueue* w) {
-  // AsList allocates; take references under the mutex, build the list after.
-  std::vector<FutureObject*> futs;
-  {
-    Guard g(&q->mu);
-    futs = w->PendingSnapshot();
-  }
-  PyObject* list = PyList_New(static_cast<Py_ssize_t>(futs.size()));
-  if (list == nullptr) {
-    DropAll(futs);
-    return nullptr;
-  }
-  for (std::size_t i = 0; i < futs.size(); ++i) {
-    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), reinterpret_cast<PyObject*>(futs[i]));
-  }
-  return list;
-}
-
 PyObject* Queue_get_getters(PyObject* self, void*) {
-  return WaitersList(AsQueue(self), AsQueue(self)->getters);
+  return WaitersAsList(&AsQueue(self)->mu, AsQueue(self)->getters);
 }
 
 PyObject* Queue_get_putters(PyObject* self, void*) {
-  return WaitersList(AsQueue(self), AsQueue(self)->putters);
+  return WaitersAsList(&AsQueue(self)->mu, AsQueue(self)->putters);
 }
 
 PyMethodDef queue_methods[] = {

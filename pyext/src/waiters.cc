@@ -63,11 +63,22 @@ std::vector<FutureObject*> WaiterQueue::PendingSnapshot() const {
   return out;
 }
 
-PyObject* WaiterQueue::AsList() const {
-  PyObject* list = PyList_New(static_cast<Py_ssize_t>(futs_.size()));
-  if (list == nullptr) return nullptr;
-  Py_ssize_t i = 0;
-  for (FutureObject* f : futs_) PyList_SET_ITEM(list, i++, Py_NewRef(AsObject(f)));
+PyObject* WaitersAsList(PyMutex* mu, const WaiterQueue* queue) {
+  std::vector<FutureObject*> futs;
+  {
+    Guard g(mu);
+    queue->ForEach([&](FutureObject* f) {
+      futs.push_back(reinterpret_cast<FutureObject*>(Py_NewRef(AsObject(f))));
+    });
+  }
+  PyObject* list = PyList_New(static_cast<Py_ssize_t>(futs.size()));
+  if (list == nullptr) {
+    DropAll(futs);
+    return nullptr;
+  }
+  for (std::size_t i = 0; i < futs.size(); ++i) {
+    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), AsObject(futs[i]));
+  }
   return list;
 }
 
@@ -171,44 +182,34 @@ PySendResult Awaiter_am_send(PyObject* self, PyObject*, PyObject** out) {
 
 PyObject* Awaiter_iternext(PyObject* self) {
   PyObject* out;
-  switch (Awaiter_am_send(self, Py_None, &out)) {
-    case PYGEN_NEXT:
-      return out;
-    case PYGEN_RETURN:
-      SetStopIterationValue(out);
-      Py_DECREF(out);
-      return nullptr;
-    default:
-      return nullptr;
-  }
+  const PySendResult result = Awaiter_am_send(self, Py_None, &out);
+  return IterNextFromSend(result, out);
 }
 
 PyObject* Awaiter_send(PyObject* self, PyObject*) { return Awaiter_iternext(self); }
 
-// Like a coroutine's throw(): the exception comes out at the await, after
-// the wait has been left (as a coroutine's except/finally would).
-PyObject* Awaiter_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  AwaiterObject* aw = AsAwaiter(self);
-  if (aw->ops != nullptr) {
-    if (aw->phase == kWaiting) {
-      StopWaiting(aw);
-    } else {
-      aw->phase = kDone;
-    }
+// Ends the awaiter early (throw() or close()): a wait in progress is left
+// as a coroutine's except/finally would leave it. The shared ready
+// awaiter stays reusable.
+void Finish(AwaiterObject* aw) {
+  if (aw->ops == nullptr) return;
+  if (aw->phase == kWaiting) {
+    StopWaiting(aw);
+  } else {
+    aw->phase = kDone;
   }
+}
+
+// Like a coroutine's throw(): the exception comes out at the await, after
+// the wait has been left.
+PyObject* Awaiter_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  Finish(AsAwaiter(self));
   RaiseThrowArguments(args, nargs);
   return nullptr;
 }
 
 PyObject* Awaiter_close(PyObject* self, PyObject*) {
-  AwaiterObject* aw = AsAwaiter(self);
-  if (aw->ops != nullptr) {
-    if (aw->phase == kWaiting) {
-      StopWaiting(aw);
-    } else {
-      aw->phase = kDone;
-    }
-  }
+  Finish(AsAwaiter(self));
   Py_RETURN_NONE;
 }
 

@@ -56,9 +56,12 @@ class WaiterQueue {
   FutureObject* PopFirstPending(std::vector<FutureObject*>& discard);
   // New references to every pending waiter, in order.
   std::vector<FutureObject*> PendingSnapshot() const;
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (FutureObject* f : futs_) fn(f);
+  }
   // Empties the queue, handing every reference to the caller.
   std::deque<FutureObject*> TakeAll() { return std::move(futs_); }
-  PyObject* AsList() const;  // New reference.
   int Traverse(visitproc visit, void* arg) const;
 
  private:
@@ -67,6 +70,12 @@ class WaiterQueue {
 
 // Drops references collected under a mutex, after it was released.
 void DropAll(std::vector<FutureObject*>& refs);
+
+// A list of the futures in `queue` (pending or not, in order), for the
+// `_waiters`/`_getters`/`_putters` attributes: references are taken under
+// `mu` and the list is built after releasing it (it allocates). New
+// reference, or nullptr with an error.
+PyObject* WaitersAsList(PyMutex* mu, const WaiterQueue* queue);
 
 // Wakes `fut` (a reference, consumed) with `value` unless it is done
 // already; returns whether this call woke it. A failure to hand over its

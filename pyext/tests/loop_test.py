@@ -3,6 +3,7 @@ contextvars, and proof that tasks step on several workers at once."""
 
 import asyncio as stdlib_asyncio
 import contextvars
+import os
 import sys
 import sysconfig
 import threading
@@ -15,26 +16,10 @@ import mt_asyncio.asyncio as asyncio
 from mt_asyncio import _core
 from mt_asyncio.base_events import EventLoop
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # loop_harness
+from loop_harness import WAIT, loop, run, runtime  # noqa: F401 (fixtures)
+
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-WAIT = 10  # Seconds; every wait in these tests is bounded.
-
-
-@pytest.fixture(scope="module", autouse=True)
-def runtime():
-    mt_asyncio.start_runtime(4)
-    yield
-    mt_asyncio.shutdown_runtime()
-
-
-@pytest.fixture
-def loop():
-    loop = EventLoop()
-    yield loop
-    loop.close()
-
-
-def run(loop, coro, timeout=WAIT):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
 
 
 def test_run_until_complete_returns_and_raises(loop):

@@ -9,35 +9,18 @@ random moments, and waiters removed when a coroutine is dropped mid-wait."""
 import asyncio as stdlib_asyncio
 import collections.abc
 import gc
+import os
 import random
+import sys
 import threading
 
 import pytest
 
-import mt_asyncio
 import mt_asyncio.asyncio as asyncio
 from mt_asyncio import _core
-from mt_asyncio.base_events import EventLoop
 
-WAIT = 20  # Seconds; every wait in these tests is bounded.
-
-
-@pytest.fixture(scope="module", autouse=True)
-def runtime():
-    mt_asyncio.start_runtime(4)
-    yield
-    mt_asyncio.shutdown_runtime()
-
-
-@pytest.fixture
-def loop():
-    loop = EventLoop()
-    yield loop
-    loop.close()
-
-
-def run(loop, coro, timeout=WAIT):
-    return loop.run_until_complete(asyncio.wait_for(coro, timeout))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # loop_harness
+from loop_harness import WAIT, loop, run, runtime  # noqa: F401 (fixtures)
 
 
 class Gauge:

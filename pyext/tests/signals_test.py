@@ -75,6 +75,40 @@ def test_listed_signal_winds_down_asyncio_run(name, expected):
         expected, "['started', 'finally', 'unwound']", "True"], proc.stdout
 
 
+def test_second_signal_while_winding_down_goes_to_the_previous_handler():
+    # A main task that takes long to unwind: the second Ctrl-C acts at once
+    # (KeyboardInterrupt from the default SIGINT handler), as in asyncio.
+    proc = run_child("""
+        mt_asyncio.runtime(threads=2, signals=[signal.SIGINT])
+
+        async def slow_to_unwind():
+            log.append("started")
+            try:
+                await asyncio.sleep(30)
+            finally:
+                log.append("unwinding")
+                os.kill(os.getpid(), signal.SIGINT)  # The second one.
+                await asyncio.sleep(30)
+
+        async def program():
+            async def send_when_started():
+                while not log:
+                    await asyncio.sleep(0.001)
+                os.kill(os.getpid(), signal.SIGINT)
+            asyncio.get_running_loop().create_task(send_when_started())
+            await slow_to_unwind()
+
+        t0 = time.monotonic()
+        try:
+            asyncio.run(program())
+        except BaseException as exc:
+            print(type(exc).__name__, log, time.monotonic() - t0 < 10, sep="|")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().split("|") == [
+        "KeyboardInterrupt", "['started', 'unwinding']", "True"], proc.stdout
+
+
 def test_listed_signal_with_no_run_in_progress_keeps_its_default_action():
     proc = run_child("""
         mt_asyncio.runtime(threads=1, signals=[signal.SIGTERM])

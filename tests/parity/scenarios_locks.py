@@ -31,6 +31,17 @@ def _nwaiters(primitive):
     return len(primitive._waiters or ())
 
 
+async def _queue_in_order(aio, primitive, coros):
+    """Tasks for `coros`, each started only once the previous one waits on
+    `primitive`, so their places in its FIFO are defined."""
+    tasks = []
+    for coro in coros:
+        tasks.append(aio.create_task(coro))
+        while _nwaiters(primitive) < len(tasks):
+            await aio.sleep(0.001)
+    return tasks
+
+
 def _spin(n=2000):
     x = 0
     for i in range(n):
@@ -64,19 +75,11 @@ async def lock_fifo_order(aio):
     lock = aio.Lock()
     order = []
     await lock.acquire()
-    queued = []
 
     async def waiter(i):
-        fut_started = aio.get_running_loop().create_future()
-        queued.append(fut_started)
         async with lock:
             order.append(i)
-    # Queue the waiters one at a time so their arrival order is defined.
-    tasks = []
-    for i in range(5):
-        tasks.append(aio.create_task(waiter(i)))
-        while _nwaiters(lock) < i + 1:
-            await aio.sleep(0.001)
+    tasks = await _queue_in_order(aio, lock, [waiter(i) for i in range(5)])
     lock.release()
     await aio.gather(*tasks)
     return order
@@ -91,12 +94,7 @@ async def lock_cancelled_waiter_passes_turn(aio):
     async def waiter(i):
         async with lock:
             got.append(i)
-    a = aio.create_task(waiter("a"))
-    while _nwaiters(lock) < 1:
-        await aio.sleep(0.001)
-    b = aio.create_task(waiter("b"))
-    while _nwaiters(lock) < 2:
-        await aio.sleep(0.001)
+    a, b = await _queue_in_order(aio, lock, [waiter("a"), waiter("b")])
     a.cancel()
     lock.release()
     await aobserve(a)
@@ -280,12 +278,7 @@ async def lock_woken_waiter_cancelled_before_running_hands_on(aio):
     async def waiter(i):
         async with lock:
             got.append(i)
-    a = aio.create_task(waiter("a"))
-    while _nwaiters(lock) < 1:
-        await aio.sleep(0.001)
-    b = aio.create_task(waiter("b"))
-    while _nwaiters(lock) < 2:
-        await aio.sleep(0.001)
+    a, b = await _queue_in_order(aio, lock, [waiter("a"), waiter("b")])
     lock.release()  # Wakes a...
     a.cancel()      # ...which is cancelled before it can take the lock.
     ra = await aobserve(a)
@@ -297,12 +290,7 @@ async def lock_woken_waiter_cancelled_before_running_hands_on(aio):
 async def semaphore_woken_waiter_cancelled_returns_permit(aio):
     sem = aio.Semaphore(1)
     await sem.acquire()
-    a = aio.create_task(sem.acquire())
-    while _nwaiters(sem) < 1:
-        await aio.sleep(0.001)
-    b = aio.create_task(sem.acquire())
-    while _nwaiters(sem) < 2:
-        await aio.sleep(0.001)
+    a, b = await _queue_in_order(aio, sem, [sem.acquire(), sem.acquire()])
     sem.release()
     a.cancel()
     ra = await aobserve(a)
