@@ -970,10 +970,15 @@ bool FutureIsDone(FutureObject* fut) {
 }
 
 int FutureTrySetResult(FutureObject* fut, PyObject* result) {
+  return FutureTrySetResultIf(fut, result, nullptr, nullptr);
+}
+
+int FutureTrySetResultIf(FutureObject* fut, PyObject* result,
+                         bool (*allow)(FutureObject* fut, void* arg), void* arg) {
   bool set = false;
   PendingCallbacks cbs;
   Py_BEGIN_CRITICAL_SECTION(fut);
-  if (fut->state == FutureState::kPending) {
+  if (fut->state == FutureState::kPending && (allow == nullptr || allow(fut, arg))) {
     fut->result = Py_NewRef(result);
     fut->state = FutureState::kFinished;
     cbs = TakeCallbacksLocked(fut);

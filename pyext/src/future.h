@@ -107,6 +107,12 @@ int FutureSetResult(FutureObject* fut, PyObject* result);
 // it was done already (no error set), -1 on error. Wakers that may race a
 // concurrent cancel() use this.
 int FutureTrySetResult(FutureObject* fut, PyObject* result);
+// FutureTrySetResult for a caller that must check its own state under the
+// same lock: `allow(fut, arg)` runs inside the future's critical section
+// first (it must not call Python) and the result is set only if it returns
+// true. 1 set, 0 not set, -1 error.
+int FutureTrySetResultIf(FutureObject* fut, PyObject* result,
+                         bool (*allow)(FutureObject* fut, void* arg), void* arg);
 int FutureSetException(FutureObject* fut, PyObject* exc);
 // Returns 1 if cancelled now, 0 if it was done, -1 on error.
 int FutureCancel(FutureObject* fut, PyObject* msg);

@@ -267,6 +267,25 @@ void HandleYield(PyObject* self, PyObject* result) {
   WakeWithException(self, exc);
 }
 
+// A cancel requested during a task's final step, taken under the task's
+// lock by TakeFinalCancel.
+struct FinalCancel {
+  bool requested = false;
+  PyObject* msg = nullptr;  // New reference.
+};
+
+// FutureTrySetResultIf's check for a task's result: refuses it (and takes
+// the request) when a cancel is pending. Runs under the task's lock.
+bool TakeFinalCancel(FutureObject* fut, void* arg) {
+  TaskObject* t = reinterpret_cast<TaskObject*>(fut);
+  if (!t->must_cancel) return true;
+  auto* cancel = static_cast<FinalCancel*>(arg);
+  cancel->requested = true;
+  cancel->msg = Py_XNewRef(t->must_cancel_msg);
+  t->must_cancel = false;
+  return false;
+}
+
 // One step. Returns true when the task is done.
 bool StepTask(PyObject* self) {
   TaskObject* t = AsTask(self);
@@ -357,21 +376,16 @@ bool StepTask(PyObject* self) {
   if (PyContext_Exit(t->context) < 0) PyErr_WriteUnraisable(self);
 
   if (status == PYGEN_RETURN) {
-    bool cancel_instead = false;
-    PyObject* cmsg = nullptr;
-    Py_BEGIN_CRITICAL_SECTION(self);
-    if (t->must_cancel) {
-      cancel_instead = true;
-      t->must_cancel = false;
-      cmsg = Py_XNewRef(t->must_cancel_msg);
+    // A cancel during the final step wins over the result, as in stdlib:
+    // checked and the result set under one lock, so a cancel() that
+    // returned True is never followed by a result.
+    FinalCancel cancel;
+    int rc = FutureTrySetResultIf(&t->base, result, TakeFinalCancel, &cancel);
+    if (rc >= 0 && cancel.requested) {
+      rc = FutureCancel(&t->base, cancel.msg != nullptr ? cancel.msg : Py_None);
     }
-    Py_END_CRITICAL_SECTION();
-    // A cancel during the final step wins over the result, as in stdlib.
-    const int rc = cancel_instead
-                       ? FutureCancel(&t->base, cmsg != nullptr ? cmsg : Py_None)
-                       : FutureSetResult(&t->base, result);
     if (rc < 0) PyErr_WriteUnraisable(self);
-    Py_XDECREF(cmsg);
+    Py_XDECREF(cancel.msg);
     Py_DECREF(result);
     return true;
   }
