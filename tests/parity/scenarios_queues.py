@@ -160,6 +160,92 @@ async def queue_shutdown_wakes_blocked_putters(aio):
 
 
 @scenario
+async def priority_queue_unorderable_item_raises_type_error(aio):
+    q = aio.PriorityQueue()
+    q.put_nowait((1, "a"))
+    bad = observe(q.put_nowait, "not a tuple")
+    later = await aobserve(q.put(None))
+    # heapq keeps what it appended before the comparison failed (stdlib
+    # too); the unfinished count never saw the failed puts.
+    return [bad[:2], later[:2], q.qsize(), q._unfinished_tasks]
+
+
+@scenario
+async def queue_items_visible_as_queue_attribute(aio):
+    kinds = []
+    for make in (aio.Queue, aio.LifoQueue, aio.PriorityQueue):
+        q = make()
+        for item in (3, 1, 2):
+            q.put_nowait(item)
+        kinds.append([sorted(q._queue), q.qsize(), q.full(), q.empty(), q.maxsize])
+    return kinds
+
+
+@scenario
+async def queue_subclass_with_its_own_storage(aio):
+    class Newest(aio.Queue):
+        def _init(self, maxsize):
+            self._queue = []
+
+        def _put(self, item):
+            self._queue.append(item)
+            del self._queue[:-2]
+
+        def _get(self):
+            return self._queue.pop(0)
+
+    q = Newest(maxsize=5)
+    for i in range(4):
+        await q.put(i)
+    got = [q.qsize(), await q.get(), q.get_nowait(), q.empty()]
+    waiter = aio.create_task(q.get())
+    await aio.sleep(0.005)
+    q.put_nowait("late")
+    return [got, await aio.wait_for(waiter, 5), q._unfinished_tasks]
+
+
+@scenario
+async def queue_join_returns_when_items_done_on_other_tasks(aio):
+    q = aio.Queue()
+    for i in range(50):
+        q.put_nowait(i)
+    seen = []
+    lock = threading.Lock()
+
+    async def worker():
+        while True:
+            try:
+                item = q.get_nowait()
+            except aio.QueueEmpty:
+                return
+            await aio.sleep(0)
+            with lock:
+                seen.append(item)
+            q.task_done()
+    joiners = [aio.create_task(q.join()) for _ in range(3)]
+    await aio.gather(*(worker() for _ in range(6)))
+    await aio.wait_for(aio.gather(*joiners), 5)
+    return [sorted(seen), q._unfinished_tasks, await q.join()]
+
+
+@scenario
+async def queue_shutdown_immediate_counts_dropped_items_done(aio):
+    q = aio.Queue()
+    for i in range(3):
+        q.put_nowait(i)
+    q.get_nowait()  # Taken and not yet marked done: join() still waits for it.
+    joiner = aio.create_task(q.join())
+    await aio.sleep(0.005)
+    q.shutdown(immediate=True)
+    await aio.sleep(0.005)
+    still_waiting = not joiner.done()
+    q.task_done()
+    await aio.wait_for(joiner, 5)
+    return [still_waiting, q.qsize(), q._unfinished_tasks,
+            observe(q.put_nowait, 1)[:2], observe(q.get_nowait)[:2]]
+
+
+@scenario
 async def barrier_releases_all_parties(aio):
     b = aio.Barrier(5)
     indices = await aio.gather(*(b.wait() for _ in range(5)))
