@@ -27,10 +27,6 @@ ROUNDS = int(os.environ.get("MT_PARITY_ROUNDS", "1"))
 NAMES = sorted(harness.SCENARIOS)
 
 
-def pytest_report_header():
-    return f"parity: {len(NAMES)} scenarios"
-
-
 @pytest.mark.parametrize("threads", [1, N_THREADS], ids=lambda n: f"mt@{n}")
 @pytest.mark.parametrize("name", NAMES)
 def test_parity(name, threads):
@@ -44,7 +40,10 @@ def test_parity(name, threads):
         assert harness.run_mt(fn, threads) == expected
 
 
-def test_scenario_count():
-    # The suite says how big it is (the issue asks for the count).
-    print(f"\nparity scenarios: {len(NAMES)}", file=sys.stderr)
+def test_scenario_count(capsys):
+    # The suite says how big it is (the issue asks for the count), past
+    # pytest's output capture; pytest's summary gives the pass count.
+    with capsys.disabled():
+        print(f"\nparity scenarios: {len(NAMES)}, each compared with stdlib "
+              f"on mt_asyncio at 1 and {N_THREADS} workers, {ROUNDS} round(s)")
     assert len(NAMES) >= 250
