@@ -1,5 +1,6 @@
 #include "pyext/src/queues.h"
 
+#include <cmath>
 #include <cstddef>
 #include <deque>
 #include <utility>
@@ -29,7 +30,8 @@ struct QueueObject {
   PyMutex mu;
   Storage storage;
   bool is_shutdown;
-  Py_ssize_t maxsize;
+  Py_ssize_t maxsize;    // The limit in items; <= 0: unbounded.
+  PyObject* maxsize_obj;  // What the caller passed, for `maxsize` (strong).
   Py_ssize_t unfinished;
   // Heap-allocated: the object's memory comes from tp_alloc.
   std::deque<PyObject*>* items;  // kFifo/kLifo storage (strong references).
@@ -262,6 +264,33 @@ int StorageOf(PyObject* self, Storage* out) {
   return 0;
 }
 
+// The item limit for a `maxsize` asyncio accepts: any real number, full
+// when qsize() >= maxsize (so 2.5 means 3 items, inf or <= 0 unbounded).
+// A non-number is refused here with TypeError (asyncio fails later, at
+// the first full() check).
+int MaxsizeLimit(PyObject* maxsize, Py_ssize_t* limit) {
+  if (PyLong_Check(maxsize)) {
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(maxsize, &overflow);
+    if (n == -1 && PyErr_Occurred()) return -1;
+    // Beyond Py_ssize_t no queue can fill up: unbounded.
+    *limit = overflow > 0 || n > PY_SSIZE_T_MAX ? 0 : n <= 0 ? 0 : static_cast<Py_ssize_t>(n);
+    return 0;
+  }
+  const double d = PyFloat_AsDouble(maxsize);
+  if (d == -1.0 && PyErr_Occurred()) {
+    PyErr_Format(PyExc_TypeError, "maxsize must be a real number, not %.100s",
+                 Py_TYPE(maxsize)->tp_name);
+    return -1;
+  }
+  if (!(d > 0) || d >= static_cast<double>(PY_SSIZE_T_MAX)) {
+    *limit = 0;  // <= 0, nan or too large to reach: unbounded.
+  } else {
+    *limit = static_cast<Py_ssize_t>(std::ceil(d));
+  }
+  return 0;
+}
+
 int Queue_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* kwlist[] = {"maxsize", nullptr};
   PyObject* maxsize_obj = nullptr;
@@ -270,17 +299,17 @@ int Queue_init(PyObject* self, PyObject* args, PyObject* kwargs) {
     return -1;
   }
   QueueObject* q = AsQueue(self);
-  q->maxsize = 0;
-  if (maxsize_obj != nullptr) {
-    q->maxsize = PyLong_AsSsize_t(maxsize_obj);
-    if (q->maxsize == -1 && PyErr_Occurred()) return -1;
+  PyObject* given = maxsize_obj != nullptr ? maxsize_obj : PyLong_FromLong(0);
+  if (given == nullptr) return -1;
+  if (maxsize_obj != nullptr) Py_INCREF(given);
+  if (MaxsizeLimit(given, &q->maxsize) < 0) {
+    Py_DECREF(given);
+    return -1;
   }
+  Py_XSETREF(q->maxsize_obj, given);
   if (StorageOf(self, &q->storage) < 0) return -1;
   if (q->storage == Storage::kCustom) {
-    PyObject* maxsize = PyLong_FromSsize_t(q->maxsize);
-    if (maxsize == nullptr) return -1;
-    PyObject* r = PyObject_CallMethodOneArg(self, str_init, maxsize);
-    Py_DECREF(maxsize);
+    PyObject* r = PyObject_CallMethodOneArg(self, str_init, q->maxsize_obj);
     if (r == nullptr) return -1;
     Py_DECREF(r);
   }
@@ -290,6 +319,7 @@ int Queue_init(PyObject* self, PyObject* args, PyObject* kwargs) {
 int Queue_traverse(PyObject* self, visitproc visit, void* arg) {
   QueueObject* q = AsQueue(self);
   Py_VISIT(Py_TYPE(self));
+  Py_VISIT(q->maxsize_obj);
   for (PyObject* item : *q->items) Py_VISIT(item);
   if (int r = q->getters->Traverse(visit, arg)) return r;
   if (int r = q->putters->Traverse(visit, arg)) return r;
@@ -298,6 +328,7 @@ int Queue_traverse(PyObject* self, visitproc visit, void* arg) {
 
 int Queue_clear(PyObject* self) {
   QueueObject* q = AsQueue(self);
+  Py_CLEAR(q->maxsize_obj);
   std::deque<PyObject*> items = std::move(*q->items);
   q->items->clear();
   for (PyObject* item : items) Py_DECREF(item);
@@ -477,7 +508,8 @@ PyObject* Queue_items(PyObject* self, PyObject*) {
 }
 
 PyObject* Queue_get_maxsize(PyObject* self, void*) {
-  return PyLong_FromSsize_t(AsQueue(self)->maxsize);
+  PyObject* given = AsQueue(self)->maxsize_obj;
+  return given != nullptr ? Py_NewRef(given) : PyLong_FromLong(0);
 }
 
 PyObject* Queue_get_unfinished(PyObject* self, void*) {
@@ -535,6 +567,7 @@ PyMethodDef queue_methods[] = {
 PyGetSetDef queue_getset[] = {
     {"maxsize", Queue_get_maxsize, nullptr, "Number of items allowed in the queue.",
      nullptr},
+    {"_maxsize", Queue_get_maxsize, nullptr, nullptr, nullptr},
     {"_unfinished_tasks", Queue_get_unfinished, nullptr, nullptr, nullptr},
     {"_is_shutdown", Queue_get_is_shutdown, nullptr, nullptr, nullptr},
     {"_getters", Queue_get_getters, nullptr, nullptr, nullptr},

@@ -246,6 +246,19 @@ async def queue_shutdown_immediate_counts_dropped_items_done(aio):
 
 
 @scenario
+async def queue_maxsize_any_real_number(aio):
+    out = []
+    for maxsize in (3, 2.5, float("inf"), 0, -1, True, 10**30):
+        q = aio.Queue(maxsize)
+        n = 0
+        while not q.full() and n < 10:
+            q.put_nowait(n)
+            n += 1
+        out.append([q.maxsize == maxsize, type(q.maxsize).__name__, n, q.full()])
+    return out
+
+
+@scenario
 async def barrier_releases_all_parties(aio):
     b = aio.Barrier(5)
     indices = await aio.gather(*(b.wait() for _ in range(5)))
