@@ -285,26 +285,3 @@ def test_queue_shutdown_wakes_blocked_getters_and_putters_on_every_worker(loop):
     names, full = run(loop, main())
     assert names == ["QueueShutDown"] * 40
     assert full.get_nowait() == 0  # Not immediate: what was queued stays.
-
-
-def test_queue_subclass_storage_hooks(loop):
-    class Newest(asyncio.Queue):
-        """Keeps only the newest two items, in a list of its own."""
-
-        def _init(self, maxsize):
-            self._queue = []
-
-        def _put(self, item):
-            self._queue.append(item)
-            del self._queue[:-2]
-
-        def _get(self):
-            return self._queue.pop(0)
-
-    async def main():
-        q = Newest()
-        for i in range(5):
-            await q.put(i)
-        return [q.qsize(), q._queue[:], await q.get(), q.get_nowait(), q.empty()]
-    assert Newest._native_storage is None
-    assert run(loop, main()) == [2, [3, 4], 3, 4, True]

@@ -85,8 +85,9 @@ async def lock_fifo_order(aio):
     return order
 
 
-@scenario
-async def lock_cancelled_waiter_passes_turn(aio):
+async def _held_lock_with_two_waiters(aio):
+    """A held Lock with tasks a then b queued on it; `got` records who
+    held it, in order."""
     lock = aio.Lock()
     await lock.acquire()
     got = []
@@ -95,6 +96,12 @@ async def lock_cancelled_waiter_passes_turn(aio):
         async with lock:
             got.append(i)
     a, b = await _queue_in_order(aio, lock, [waiter("a"), waiter("b")])
+    return lock, got, a, b
+
+
+@scenario
+async def lock_cancelled_waiter_passes_turn(aio):
+    lock, got, a, b = await _held_lock_with_two_waiters(aio)
     a.cancel()
     lock.release()
     await aobserve(a)
@@ -271,14 +278,7 @@ async def primitive_awaiting_one_acquire_twice(aio):
 
 @scenario
 async def lock_woken_waiter_cancelled_before_running_hands_on(aio):
-    lock = aio.Lock()
-    await lock.acquire()
-    got = []
-
-    async def waiter(i):
-        async with lock:
-            got.append(i)
-    a, b = await _queue_in_order(aio, lock, [waiter("a"), waiter("b")])
+    lock, got, a, b = await _held_lock_with_two_waiters(aio)
     lock.release()  # Wakes a...
     a.cancel()      # ...which is cancelled before it can take the lock.
     ra = await aobserve(a)
