@@ -68,12 +68,13 @@ class Condition:
     def __repr__(self):
         return _describe(self, "locked" if self.locked() else "unlocked")
 
-    async def __aenter__(self):
-        await self.acquire()
-        return None
+    # `async with cond` is `async with cond._lock`: with our Lock, the C++
+    # awaiters, no Python frame.
+    def __aenter__(self):
+        return self._lock.__aenter__()
 
-    async def __aexit__(self, exc_type, exc, tb):
-        self.release()
+    def __aexit__(self, exc_type, exc, tb):
+        return self._lock.__aexit__(exc_type, exc, tb)
 
     async def wait(self):
         if not self.locked():
