@@ -1,34 +1,20 @@
 """Synchronization primitives that are correct when their users run on
 several worker threads at once.
 
-Lock, Semaphore, BoundedSemaphore and Event are the C++ types of
-``_core`` (pyext/src/locks.cc): their state and FIFO of waiters are under a
-per-object mutex, and acquire()/wait()/``async with`` run without a Python
-frame. The algorithms are asyncio's (FIFO waiters, no barging past a woken
-waiter, a cancelled waiter passes its turn on). Condition and Barrier are
-built on Lock here; their own waiter lists are under a ``threading.Lock``,
-and waiters are completed outside it. Nothing holds a lock across an await.
+Lock, Semaphore, BoundedSemaphore, Event and Condition derive from the C++
+types of ``_core`` (pyext/src/locks.cc, condition.cc): their state and FIFO
+of waiters are under a per-object mutex, and acquire()/wait()/``async
+with`` run without a Python frame. The algorithms are asyncio's (FIFO
+waiters, no barging past a woken waiter, a cancelled waiter passes its turn
+on). Barrier is built on Condition here. Nothing holds a lock across an
+await.
 """
 
-import collections
-import threading
-from asyncio import events, exceptions
+from asyncio import exceptions
 
 from . import _core
 
 __all__ = ["Lock", "Event", "Condition", "Semaphore", "BoundedSemaphore", "Barrier"]
-
-
-def _wake(fut, value=True):
-    """Complete a waiter unless it was cancelled meanwhile. Returns True if
-    this call woke it."""
-    if fut.done():
-        return False
-    try:
-        fut.set_result(value)
-    except exceptions.InvalidStateError:
-        return False  # Cancelled concurrently.
-    return True
 
 
 def _describe(obj, extra):
@@ -52,18 +38,16 @@ class Event(_core.Event):
         return _describe(self, "set" if self.is_set() else "unset")
 
 
-class Condition:
+class Condition(_core.Condition):
     """Tasks wait for a notification while holding an associated Lock."""
 
     def __init__(self, lock=None):
         if lock is None:
             lock = Lock()
-        self._lock = lock
+        super().__init__(lock)
         self.locked = lock.locked
         self.acquire = lock.acquire
         self.release = lock.release
-        self._mutex = threading.Lock()
-        self._waiters = collections.deque()
 
     def __repr__(self):
         return _describe(self, "locked" if self.locked() else "unlocked")
@@ -76,74 +60,12 @@ class Condition:
     def __aexit__(self, exc_type, exc, tb):
         return self._lock.__aexit__(exc_type, exc, tb)
 
-    async def wait(self):
-        if not self.locked():
-            raise RuntimeError("cannot wait on un-acquired lock")
-        loop = events.get_running_loop()
-        cancelled = None
-        # Queue up *before* releasing the lock: the moment it is released, a
-        # task on another worker may take it and notify, and that
-        # notification must find us.
-        fut = loop.create_future()
-        with self._mutex:
-            self._waiters.append(fut)
-        try:
-            self.release()
-        except BaseException:
-            with self._mutex:
-                self._waiters.remove(fut)
-            raise
-        try:
-            try:
-                await fut
-                return True
-            except exceptions.CancelledError:
-                if fut.done() and not fut.cancelled():
-                    # Notified, then cancelled: the notification goes on to
-                    # another waiter rather than being lost.
-                    self._notify(1)
-                raise
-            finally:
-                with self._mutex:
-                    self._waiters.remove(fut)
-        finally:
-            # Re-acquire even if cancelled; remember the cancel for later.
-            while True:
-                try:
-                    await self.acquire()
-                    break
-                except exceptions.CancelledError as exc:
-                    cancelled = exc
-            try:
-                if cancelled is not None:
-                    raise cancelled
-            finally:
-                cancelled = None
-
     async def wait_for(self, predicate):
         result = predicate()
         while not result:
             await self.wait()
             result = predicate()
         return result
-
-    def notify(self, n=1):
-        if not self.locked():
-            raise RuntimeError("cannot notify on un-acquired lock")
-        self._notify(n)
-
-    def _notify(self, n):
-        woken = 0
-        with self._mutex:
-            candidates = list(self._waiters)
-        for fut in candidates:
-            if woken >= n:
-                break
-            if _wake(fut, False):
-                woken += 1
-
-    def notify_all(self):
-        self.notify(len(self._waiters))
 
 
 class Semaphore(_core.Semaphore):

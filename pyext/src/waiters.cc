@@ -304,6 +304,24 @@ PyObject* NewAwaiter(const AwaiterOps* ops, PyObject* owner, PyObject* value, Py
 
 PyObject* ReadyNone() { return Py_NewRef(ready_none); }
 
+FutureObject* NewWaiterFuture() {
+  PyObject* loop = PyObject_CallNoArgs(get_running_loop);
+  if (loop == nullptr) return nullptr;
+  PyObject* fut = FutureCreate(loop);
+  Py_DECREF(loop);
+  return reinterpret_cast<FutureObject*>(fut);
+}
+
+PyObject* AwaitIter(PyObject* awaitable) {
+  PyAsyncMethods* am = Py_TYPE(awaitable)->tp_as_async;
+  if (am == nullptr || am->am_await == nullptr) {
+    PyErr_Format(PyExc_TypeError, "object %.100s can't be used in 'await' expression",
+                 Py_TYPE(awaitable)->tp_name);
+    return nullptr;
+  }
+  return am->am_await(awaitable);
+}
+
 int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
                       TryLocked try_locked) {
   {
@@ -316,10 +334,7 @@ int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
     if (after.Run() < 0) return -1;
     if (rc != 0) return rc;
   }
-  PyObject* loop = PyObject_CallNoArgs(get_running_loop);
-  if (loop == nullptr) return -1;
-  auto* fut = reinterpret_cast<FutureObject*>(FutureCreate(loop));
-  Py_DECREF(loop);
+  FutureObject* fut = NewWaiterFuture();
   if (fut == nullptr) return -1;
   PyObject* inner = FutureAwaitIter(fut);
   if (inner == nullptr) {

@@ -117,6 +117,11 @@ struct AwaiterObject {
 PyObject* NewAwaiter(const AwaiterOps* ops, PyObject* owner, PyObject* value, PyObject* arg);
 // A shared awaiter that evaluates to None at once (what __aexit__ returns).
 PyObject* ReadyNone();
+// A new waiter future of the running loop (RuntimeError without one).
+// Allocates: never call it under a primitive's mutex.
+FutureObject* NewWaiterFuture();
+// What `await awaitable` drives (its __await__ iterator). New reference.
+PyObject* AwaitIter(PyObject* awaitable);
 
 // What an attempt made under a mutex leaves to do once it is released.
 struct AfterUnlock {

@@ -285,3 +285,78 @@ def test_queue_shutdown_wakes_blocked_getters_and_putters_on_every_worker(loop):
     names, full = run(loop, main())
     assert names == ["QueueShutDown"] * 40
     assert full.get_nowait() == 0  # Not immediate: what was queued stays.
+
+
+def test_condition_loses_no_notification_under_cancellation(loop):
+    async def main():
+        cond = asyncio.Condition()
+        items = []
+        taken = collections.Counter()
+        mu = threading.Lock()
+        total = 600
+
+        async def consumer():
+            while True:
+                async with cond:
+                    await cond.wait_for(lambda: items)
+                    item = items.pop()
+                    # wait() hands the lock back even when cancelled, so
+                    # holding it here is always true.
+                    assert cond.locked()
+                if item is None:
+                    return
+                with mu:
+                    taken[item] += 1
+
+        async def producer():
+            for i in range(total):
+                async with cond:
+                    items.append(i)
+                    cond.notify()
+                if i % 16 == 0:
+                    await asyncio.sleep(0)
+
+        consumers = [asyncio.create_task(consumer()) for _ in range(8)]
+        victims = [asyncio.create_task(consumer()) for _ in range(8)]
+        await asyncio.sleep(0.001)
+        for v in victims:
+            v.cancel()  # Mid-wait, or just after being notified.
+        await producer()
+        async with cond:
+            items.extend([None] * len(consumers))
+            cond.notify_all()
+        await asyncio.gather(*consumers)
+        cancelled = await asyncio.gather(*victims, return_exceptions=True)
+        return cond, items, taken, total, cancelled
+
+    cond, items, taken, total, cancelled = run(loop, main())
+    # Whatever the cancelled consumers took counts too: nothing lost, nothing
+    # twice, and nobody is left waiting or holding the lock.
+    assert sum(taken.values()) + len(items) == total
+    assert all(n == 1 for n in taken.values())
+    assert not cond.locked() and cond._waiters == []
+    assert all(isinstance(c, asyncio.CancelledError) or c is None for c in cancelled)
+
+
+def test_condition_wait_closed_after_notify_passes_the_notification_on(loop):
+    async def main():
+        cond = asyncio.Condition()
+        await cond.acquire()
+        waiting = cond.wait()
+        fut = waiting.send(None)  # Queued first; the lock is released.
+        assert not cond.locked() and len(cond._waiters) == 1
+
+        async def other():
+            async with cond:
+                await cond.wait()
+                return "other"
+        task = asyncio.create_task(other())
+        while len(cond._waiters) < 2:
+            await asyncio.sleep(0.001)
+        await cond.acquire()
+        cond.notify()  # The first waiter gets it...
+        waiting.close()  # ...and is closed before it could use it.
+        assert fut.done() and len(cond._waiters) == 1
+        cond.release()
+        return await asyncio.wait_for(task, WAIT)
+    assert run(loop, main()) == "other"

@@ -346,3 +346,55 @@ async def primitive_reprs(aio):
     # Drop the "<module.Class object at 0x...": the module differs by design.
     return [repr(x).rsplit(" [", 1)[1] for x in (lock, sem, ev)] + [
         repr(lock).split(" object at ")[0].rsplit(".", 1)[1]]
+
+
+@scenario
+async def condition_wait_cancelled_holds_lock_again(aio):
+    cond = aio.Condition()
+    seen = []
+
+    async def waiter():
+        async with cond:
+            try:
+                await cond.wait()
+            except aio.CancelledError:
+                seen.append(("cancelled", cond.locked()))
+                raise
+    task = await _queue_in_order(aio, cond, [waiter()])
+    # Cancelled while another task holds the lock: wait() must take it back
+    # before the CancelledError comes out.
+    async with cond:
+        task[0].cancel()
+        await aio.sleep(0.01)
+        during = [task[0].done(), len(seen)]
+    outcome = await aobserve(task[0])
+    return [during, seen, outcome[:2], cond.locked(), _nwaiters(cond)]
+
+
+@scenario
+async def condition_notify_n_wakes_n(aio):
+    cond = aio.Condition()
+    woke = []
+
+    async def waiter(i):
+        async with cond:
+            await cond.wait()
+            woke.append(i)
+    tasks = await _queue_in_order(aio, cond, [waiter(i) for i in range(5)])
+    async with cond:
+        cond.notify(2)
+    while len(woke) < 2:
+        await aio.sleep(0.001)
+    await aio.sleep(0.01)
+    first = sorted(woke)
+    async with cond:
+        cond.notify(10)
+    await aio.wait_for(aio.gather(*tasks), 5)
+    return [first, sorted(woke), _nwaiters(cond)]
+
+
+@scenario
+async def condition_wait_and_notify_without_the_lock(aio):
+    cond = aio.Condition()
+    return [(await aobserve(cond.wait()))[:3], observe(cond.notify)[:3],
+            observe(cond.notify_all)[:3], cond.locked()]
