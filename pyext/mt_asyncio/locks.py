@@ -24,7 +24,28 @@ def _describe(obj, extra):
     return f"<{object.__repr__(obj)[1:-1]} [{extra}]>"
 
 
-class Lock(_core.Lock):
+async def _aenter_via_acquire(self):
+    await self.acquire()
+    return None
+
+
+async def _aexit_via_release(self, exc_type, exc, tb):
+    self.release()
+
+
+class _ContextViaOverrides:
+    """The C++ types' ``async with`` goes straight to their own acquire and
+    release. asyncio's calls ``self.acquire()``/``self.release()``, so a
+    subclass that overrides either gets asyncio's __aenter__/__aexit__."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "acquire" in cls.__dict__ or "release" in cls.__dict__:
+            cls.__aenter__ = _aenter_via_acquire
+            cls.__aexit__ = _aexit_via_release
+
+
+class Lock(_ContextViaOverrides, _core.Lock):
     """A mutex for tasks: acquire() waits in FIFO order."""
 
     def __repr__(self):
@@ -68,7 +89,7 @@ class Condition(_core.Condition):
         return result
 
 
-class Semaphore(_core.Semaphore):
+class Semaphore(_ContextViaOverrides, _core.Semaphore):
     """A counter of permits; acquire() waits in FIFO order when none is
     left."""
 
@@ -77,7 +98,7 @@ class Semaphore(_core.Semaphore):
         return _describe(self, extra)
 
 
-class BoundedSemaphore(_core.BoundedSemaphore):
+class BoundedSemaphore(_ContextViaOverrides, _core.BoundedSemaphore):
     """A Semaphore that refuses to be released above its initial value."""
 
     def __repr__(self):

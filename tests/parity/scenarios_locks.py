@@ -398,3 +398,28 @@ async def condition_wait_and_notify_without_the_lock(aio):
     cond = aio.Condition()
     return [(await aobserve(cond.wait()))[:3], observe(cond.notify)[:3],
             observe(cond.notify_all)[:3], cond.locked()]
+
+
+@scenario
+async def lock_and_semaphore_subclasses_overriding_acquire_release(aio):
+    log = []
+
+    def logged(base):
+        class Logged(base):
+            async def acquire(self):
+                log.append((base.__name__, "acquire"))
+                return await super().acquire()
+
+            def release(self):
+                log.append((base.__name__, "release"))
+                super().release()
+        return Logged
+
+    for prim in (logged(aio.Lock)(), logged(aio.Semaphore)(2),
+                 logged(aio.BoundedSemaphore)(1)):
+        async with prim as entered:
+            log.append(("inside", entered, prim.locked()))
+    cond = aio.Condition(logged(aio.Lock)())
+    async with cond:
+        cond.notify()
+    return log
