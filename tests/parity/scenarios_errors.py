@@ -64,18 +64,6 @@ async def shield_non_awaitable(aio):
 
 
 @scenario
-async def condition_notify_without_lock(aio):
-    cond = aio.Condition()
-    return [observe(cond.notify)[:2], observe(cond.notify_all)[:2]]
-
-
-@scenario
-async def condition_wait_without_lock(aio):
-    cond = aio.Condition()
-    return (await aobserve(cond.wait()))[:2]
-
-
-@scenario
 async def condition_with_foreign_lock_type(aio):
     import threading
     return observe(aio.Condition, threading.Lock())[:1]
@@ -84,12 +72,6 @@ async def condition_with_foreign_lock_type(aio):
 @scenario
 async def barrier_zero_parties(aio):
     return observe(aio.Barrier, 0)[:2]
-
-
-@scenario
-async def queue_task_done_too_often(aio):
-    q = aio.Queue()
-    return observe(q.task_done)[:2]
 
 
 @scenario

@@ -228,12 +228,6 @@ async def condition_notify_all(aio):
 
 
 @scenario
-async def condition_requires_lock(aio):
-    cond = aio.Condition()
-    return [observe(cond.notify)[:2], (await aobserve(cond.wait()))[:2]]
-
-
-@scenario
 async def condition_shares_lock(aio):
     lock = aio.Lock()
     cond = aio.Condition(lock)
