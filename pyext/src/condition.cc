@@ -17,9 +17,7 @@ PyObject* str_throw = nullptr;
 PyObject* str_close = nullptr;
 
 struct ConditionObject {
-  PyObject_HEAD
-  PyMutex mu;
-  WaiterQueue* waiters;  // Heap-allocated: the memory comes from tp_alloc.
+  PrimitiveObject base;  // The waiters, under base.mu.
   PyObject* lock;        // Strong: the associated lock (ours or any lock-like).
 };
 
@@ -39,8 +37,8 @@ int LockIsLocked(ConditionObject* c) {
 void Notify(ConditionObject* c, Py_ssize_t n) {
   std::vector<FutureObject*> pending;
   {
-    Guard g(&c->mu);
-    pending = c->waiters->PendingSnapshot();
+    Guard g(&c->base.mu);
+    pending = c->base.waiters->PendingSnapshot();
   }
   Py_ssize_t woken = 0;
   for (FutureObject* f : pending) {
@@ -89,14 +87,14 @@ int StartWaiting(WaitObject* w) {
   // Queued *before* the lock is released: the moment it is, a task on
   // another worker may take it and notify, and must find this waiter.
   {
-    Guard g(&c->mu);
-    c->waiters->Push(fut);
+    Guard g(&c->base.mu);
+    c->base.waiters->Push(fut);
   }
   PyObject* r = PyObject_CallMethodNoArgs(c->lock, str_release);
   if (r == nullptr) {
     {
-      Guard g(&c->mu);
-      c->waiters->Remove(fut);
+      Guard g(&c->base.mu);
+      c->base.waiters->Remove(fut);
     }
     Py_DECREF(inner);
     Py_DECREF(reinterpret_cast<PyObject*>(fut));
@@ -122,8 +120,8 @@ void LeaveQueue(WaitObject* w, bool pass_on) {
     PyErr_WriteUnraisable(reinterpret_cast<PyObject*>(w));
   }
   {
-    Guard g(&c->mu);
-    c->waiters->Remove(w->fut);
+    Guard g(&c->base.mu);
+    c->base.waiters->Remove(w->fut);
   }
   const bool notified = FutureCurrentState(w->fut) == FutureState::kFinished;
   Py_CLEAR(w->fut);
@@ -343,13 +341,6 @@ PyType_Spec wait_spec = {
 
 // --- Condition --------------------------------------------------------------------------
 
-PyObject* Condition_new(PyTypeObject* type, PyObject*, PyObject*) {
-  auto* c = reinterpret_cast<ConditionObject*>(type->tp_alloc(type, 0));
-  if (c == nullptr) return nullptr;
-  c->waiters = new WaiterQueue();
-  return reinterpret_cast<PyObject*>(c);
-}
-
 int Condition_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* kwlist[] = {"lock", nullptr};
   PyObject* lock;
@@ -362,26 +353,19 @@ int Condition_init(PyObject* self, PyObject* args, PyObject* kwargs) {
 }
 
 int Condition_traverse(PyObject* self, visitproc visit, void* arg) {
-  ConditionObject* c = AsCondition(self);
-  Py_VISIT(Py_TYPE(self));
-  Py_VISIT(c->lock);
-  return c->waiters->Traverse(visit, arg);
+  Py_VISIT(AsCondition(self)->lock);
+  return PrimitiveTraverse(self, visit, arg);
 }
 
 int Condition_clear(PyObject* self) {
-  ConditionObject* c = AsCondition(self);
-  Py_CLEAR(c->lock);
-  for (FutureObject* f : c->waiters->TakeAll()) Py_DECREF(reinterpret_cast<PyObject*>(f));
-  return 0;
+  Py_CLEAR(AsCondition(self)->lock);
+  return PrimitiveClear(self);
 }
 
 void Condition_dealloc(PyObject* self) {
-  PyTypeObject* type = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
-  Condition_clear(self);
-  delete AsCondition(self)->waiters;
-  type->tp_free(self);
-  Py_DECREF(type);
+  PyObject_GC_UnTrack(self);  // Before dropping a reference that may run the GC.
+  Py_CLEAR(AsCondition(self)->lock);
+  PrimitiveDealloc(self);
 }
 
 PyObject* Condition_wait(PyObject* self, PyObject*) {
@@ -429,11 +413,6 @@ PyObject* Condition_get_lock(PyObject* self, void*) {
   return Py_NewRef(AsCondition(self)->lock);
 }
 
-PyObject* Condition_get_waiters(PyObject* self, void*) {
-  ConditionObject* c = AsCondition(self);
-  return WaitersAsList(&c->mu, c->waiters);
-}
-
 PyMethodDef condition_methods[] = {
     {"wait", Condition_wait, METH_NOARGS,
      "Release the lock, wait for a notification, take the lock again (an "
@@ -448,12 +427,12 @@ PyMethodDef condition_methods[] = {
 
 PyGetSetDef condition_getset[] = {
     {"_lock", Condition_get_lock, nullptr, nullptr, nullptr},
-    {"_waiters", Condition_get_waiters, nullptr, nullptr, nullptr},
+    {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
 PyType_Slot condition_slots[] = {
-    {Py_tp_new, reinterpret_cast<void*>(Condition_new)},
+    {Py_tp_new, reinterpret_cast<void*>(PrimitiveNew)},
     {Py_tp_init, reinterpret_cast<void*>(Condition_init)},
     {Py_tp_dealloc, reinterpret_cast<void*>(Condition_dealloc)},
     {Py_tp_traverse, reinterpret_cast<void*>(Condition_traverse)},

@@ -16,14 +16,6 @@ PyTypeObject* event_type = nullptr;
 
 // --- the primitives -------------------------------------------------------------------
 
-// Fields every primitive starts with. The queue lives on the heap because
-// the object's memory comes from tp_alloc, not a C++ constructor.
-struct PrimitiveObject {
-  PyObject_HEAD
-  PyMutex mu;
-  WaiterQueue* waiters;
-};
-
 struct LockObject {
   PrimitiveObject base;
   bool locked;
@@ -40,43 +32,9 @@ struct EventObject {
   bool is_set;
 };
 
-PrimitiveObject* AsPrimitive(PyObject* o) { return reinterpret_cast<PrimitiveObject*>(o); }
 LockObject* AsLock(PyObject* o) { return reinterpret_cast<LockObject*>(o); }
 SemaphoreObject* AsSemaphore(PyObject* o) { return reinterpret_cast<SemaphoreObject*>(o); }
 EventObject* AsEvent(PyObject* o) { return reinterpret_cast<EventObject*>(o); }
-
-PyObject* Primitive_new(PyTypeObject* type, PyObject*, PyObject*) {
-  auto* self = reinterpret_cast<PrimitiveObject*>(type->tp_alloc(type, 0));
-  if (self == nullptr) return nullptr;
-  self->waiters = new WaiterQueue();
-  return reinterpret_cast<PyObject*>(self);
-}
-
-int Primitive_traverse(PyObject* self, visitproc visit, void* arg) {
-  Py_VISIT(Py_TYPE(self));
-  // The GC runs this with the world stopped: no lock needed (or allowed).
-  return AsPrimitive(self)->waiters->Traverse(visit, arg);
-}
-
-int Primitive_clear(PyObject* self) {
-  std::deque<FutureObject*> futs = AsPrimitive(self)->waiters->TakeAll();
-  for (FutureObject* f : futs) Py_DECREF(f);
-  return 0;
-}
-
-void Primitive_dealloc(PyObject* self) {
-  PyTypeObject* type = Py_TYPE(self);
-  PyObject_GC_UnTrack(self);
-  Primitive_clear(self);
-  delete AsPrimitive(self)->waiters;
-  type->tp_free(self);
-  Py_DECREF(type);
-}
-
-PyObject* Primitive_waiters(PyObject* self, void*) {
-  PrimitiveObject* p = AsPrimitive(self);
-  return WaitersAsList(&p->mu, p->waiters);
-}
 
 // --- the waits ------------------------------------------------------------------------
 
@@ -214,12 +172,25 @@ const AwaiterOps kEventWait = {"wait", EventStart, EventWoken, EventAbandon};
 
 // --- Lock -------------------------------------------------------------------------------
 
-int Lock_init(PyObject* self, PyObject* args, PyObject* kwargs) {
-  if (!PyArg_ParseTuple(args, ":Lock") || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0)) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Lock() takes no arguments");
+// Lock() and Event() take no arguments.
+template <const char* kName>
+int InitNoArguments(PyObject*, PyObject* args, PyObject* kwargs) {
+  if (PyTuple_GET_SIZE(args) != 0 || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0)) {
+    PyErr_Format(PyExc_TypeError, "%s() takes no arguments", kName);
     return -1;
   }
   return 0;
+}
+constexpr char kLockName[] = "Lock";
+constexpr char kEventName[] = "Event";
+
+// __aexit__: release now, then an awaiter that evaluates to None.
+template <PyObject* (*Release)(PyObject*, PyObject*)>
+PyObject* AexitByReleasing(PyObject* self, PyObject* const*, Py_ssize_t) {
+  PyObject* r = Release(self, nullptr);
+  if (r == nullptr) return nullptr;
+  Py_DECREF(r);
+  return ReadyNone();
 }
 
 PyObject* Lock_acquire(PyObject* self, PyObject*) {
@@ -246,13 +217,6 @@ PyObject* Lock_release(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyObject* Lock_aexit(PyObject* self, PyObject* const*, Py_ssize_t) {
-  PyObject* r = Lock_release(self, nullptr);
-  if (r == nullptr) return nullptr;
-  Py_DECREF(r);
-  return ReadyNone();
-}
-
 PyObject* Lock_locked(PyObject* self, PyObject*) {
   LockObject* lock = AsLock(self);
   bool locked;
@@ -272,23 +236,23 @@ PyMethodDef lock_methods[] = {
      "Release the lock; RuntimeError if it is not held."},
     {"locked", Lock_locked, METH_NOARGS, "True if the lock is held."},
     {"__aenter__", Lock_aenter, METH_NOARGS, nullptr},
-    {"__aexit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Lock_aexit)),
+    {"__aexit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(AexitByReleasing<Lock_release>)),
      METH_FASTCALL, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
 PyGetSetDef lock_getset[] = {
     {"_locked", Lock_get_locked, nullptr, nullptr, nullptr},
-    {"_waiters", Primitive_waiters, nullptr, nullptr, nullptr},
+    {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
 PyType_Slot lock_slots[] = {
-    {Py_tp_new, reinterpret_cast<void*>(Primitive_new)},
-    {Py_tp_init, reinterpret_cast<void*>(Lock_init)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(Primitive_dealloc)},
-    {Py_tp_traverse, reinterpret_cast<void*>(Primitive_traverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(Primitive_clear)},
+    {Py_tp_new, reinterpret_cast<void*>(PrimitiveNew)},
+    {Py_tp_init, reinterpret_cast<void*>(InitNoArguments<kLockName>)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(PrimitiveDealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(PrimitiveTraverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(PrimitiveClear)},
     {Py_tp_methods, lock_methods},
     {Py_tp_getset, lock_getset},
     {0, nullptr},
@@ -354,13 +318,6 @@ PyObject* Semaphore_release(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyObject* Semaphore_aexit(PyObject* self, PyObject* const*, Py_ssize_t) {
-  PyObject* r = Semaphore_release(self, nullptr);
-  if (r == nullptr) return nullptr;
-  Py_DECREF(r);
-  return ReadyNone();
-}
-
 PyObject* Semaphore_locked(PyObject* self, PyObject*) {
   SemaphoreObject* sem = AsSemaphore(self);
   bool locked;
@@ -395,7 +352,7 @@ PyMethodDef semaphore_methods[] = {
      "True if acquire() would wait (no permit, or tasks queued ahead)."},
     {"__aenter__", Semaphore_aenter, METH_NOARGS, nullptr},
     {"__aexit__",
-     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Semaphore_aexit)),
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(AexitByReleasing<Semaphore_release>)),
      METH_FASTCALL, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -403,16 +360,16 @@ PyMethodDef semaphore_methods[] = {
 PyGetSetDef semaphore_getset[] = {
     {"_value", Semaphore_get_value, nullptr, nullptr, nullptr},
     {"_bound_value", Semaphore_get_bound, nullptr, nullptr, nullptr},
-    {"_waiters", Primitive_waiters, nullptr, nullptr, nullptr},
+    {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
 PyType_Slot semaphore_slots[] = {
-    {Py_tp_new, reinterpret_cast<void*>(Primitive_new)},
+    {Py_tp_new, reinterpret_cast<void*>(PrimitiveNew)},
     {Py_tp_init, reinterpret_cast<void*>(Semaphore_init)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(Primitive_dealloc)},
-    {Py_tp_traverse, reinterpret_cast<void*>(Primitive_traverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(Primitive_clear)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(PrimitiveDealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(PrimitiveTraverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(PrimitiveClear)},
     {Py_tp_methods, semaphore_methods},
     {Py_tp_getset, semaphore_getset},
     {0, nullptr},
@@ -428,8 +385,8 @@ PyType_Spec semaphore_spec = {
 
 PyType_Slot bounded_semaphore_slots[] = {
     {Py_tp_init, reinterpret_cast<void*>(BoundedSemaphore_init)},
-    {Py_tp_traverse, reinterpret_cast<void*>(Primitive_traverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(Primitive_clear)},
+    {Py_tp_traverse, reinterpret_cast<void*>(PrimitiveTraverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(PrimitiveClear)},
     {0, nullptr},
 };
 
@@ -442,14 +399,6 @@ PyType_Spec bounded_semaphore_spec = {
 };
 
 // --- Event ------------------------------------------------------------------------------
-
-int Event_init(PyObject* self, PyObject* args, PyObject* kwargs) {
-  if (!PyArg_ParseTuple(args, ":Event") || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0)) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Event() takes no arguments");
-    return -1;
-  }
-  return 0;
-}
 
 PyObject* Event_wait(PyObject* self, PyObject*) {
   return NewAwaiter(&kEventWait, self, Py_True, nullptr);
@@ -499,16 +448,16 @@ PyMethodDef event_methods[] = {
 
 PyGetSetDef event_getset[] = {
     {"_value", Event_get_value, nullptr, nullptr, nullptr},
-    {"_waiters", Primitive_waiters, nullptr, nullptr, nullptr},
+    {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
 PyType_Slot event_slots[] = {
-    {Py_tp_new, reinterpret_cast<void*>(Primitive_new)},
-    {Py_tp_init, reinterpret_cast<void*>(Event_init)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(Primitive_dealloc)},
-    {Py_tp_traverse, reinterpret_cast<void*>(Primitive_traverse)},
-    {Py_tp_clear, reinterpret_cast<void*>(Primitive_clear)},
+    {Py_tp_new, reinterpret_cast<void*>(PrimitiveNew)},
+    {Py_tp_init, reinterpret_cast<void*>(InitNoArguments<kEventName>)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(PrimitiveDealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(PrimitiveTraverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(PrimitiveClear)},
     {Py_tp_methods, event_methods},
     {Py_tp_getset, event_getset},
     {0, nullptr},

@@ -116,6 +116,40 @@ int AfterUnlock::Run() {
   return 0;
 }
 
+// --- the primitives' common part ----------------------------------------------------
+
+PyObject* PrimitiveNew(PyTypeObject* type, PyObject*, PyObject*) {
+  auto* self = reinterpret_cast<PrimitiveObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  self->waiters = new WaiterQueue();
+  return reinterpret_cast<PyObject*>(self);
+}
+
+int PrimitiveTraverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  // The GC runs this with the world stopped: no lock needed (or allowed).
+  return AsPrimitive(self)->waiters->Traverse(visit, arg);
+}
+
+int PrimitiveClear(PyObject* self) {
+  for (FutureObject* f : AsPrimitive(self)->waiters->TakeAll()) Py_DECREF(AsObject(f));
+  return 0;
+}
+
+void PrimitiveDealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  PrimitiveClear(self);
+  delete AsPrimitive(self)->waiters;
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyObject* PrimitiveWaiters(PyObject* self, void*) {
+  PrimitiveObject* p = AsPrimitive(self);
+  return WaitersAsList(&p->mu, p->waiters);
+}
+
 // --- the awaiter ------------------------------------------------------------------------
 
 namespace {

@@ -82,6 +82,30 @@ PyObject* WaitersAsList(PyMutex* mu, const WaiterQueue* queue);
 // callbacks happens after it was completed: reported, counted as woken.
 bool WakeWaiter(FutureObject* fut, PyObject* value);
 
+// --- the primitives' common part ----------------------------------------------------
+
+// What every primitive with one waiter queue starts with (Lock, Semaphore,
+// Event, Condition). The queue lives on the heap because the object's
+// memory comes from tp_alloc, not a C++ constructor.
+struct PrimitiveObject {
+  PyObject_HEAD
+  PyMutex mu;
+  WaiterQueue* waiters;
+};
+
+inline PrimitiveObject* AsPrimitive(PyObject* o) {
+  return reinterpret_cast<PrimitiveObject*>(o);
+}
+
+// Type slots for such a primitive (a type with more references of its
+// own visits or clears them, then calls these).
+PyObject* PrimitiveNew(PyTypeObject* type, PyObject* args, PyObject* kwargs);
+int PrimitiveTraverse(PyObject* self, visitproc visit, void* arg);
+int PrimitiveClear(PyObject* self);
+void PrimitiveDealloc(PyObject* self);
+// The `_waiters` attribute.
+PyObject* PrimitiveWaiters(PyObject* self, void*);
+
 // --- the awaiter ------------------------------------------------------------------------
 
 struct AwaiterObject;
