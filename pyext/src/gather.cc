@@ -492,10 +492,16 @@ class DistinctArgs {
 // argument) then needs no lookup per argument; sorting the addresses is
 // far cheaper than a table too large for the cache (one_million).
 bool AllDistinctByIdentity(PyObject* const* args, Py_ssize_t nargs) {
-  std::vector<PyObject*> sorted(args, args + nargs);
-  for (PyObject* arg : sorted) {
-    if (!IdentityKeyed(arg)) return false;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (!IdentityKeyed(args[i])) return false;
   }
+  if (nargs <= 16) {  // The usual gather(a, b, ...): no allocation.
+    for (Py_ssize_t i = 1; i < nargs; ++i) {
+      if (std::find(args, args + i, args[i]) != args + i) return false;
+    }
+    return true;
+  }
+  std::vector<PyObject*> sorted(args, args + nargs);
   std::sort(sorted.begin(), sorted.end());
   return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
 }
