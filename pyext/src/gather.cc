@@ -540,6 +540,8 @@ PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
     return nullptr;
   };
   if (children == nullptr) return fail();
+  // Children start once the scope ends: after every callback is attached.
+  HeldFirstSteps held_first_steps;
   const bool all_distinct = AllDistinctByIdentity(args, nargs);
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* arg = args[i];

@@ -1157,6 +1157,29 @@ bool IsLoop(PyObject* obj) {
   return loop_type != nullptr && PyObject_TypeCheck(obj, loop_type);
 }
 
+namespace {
+thread_local HeldFirstSteps* held_first_steps = nullptr;
+}  // namespace
+
+HeldFirstSteps::HeldFirstSteps() : outer_(std::exchange(held_first_steps, this)) {}
+
+HeldFirstSteps::~HeldFirstSteps() {
+  held_first_steps = outer_;
+  // A loop stopped meanwhile defers them, as LoopWake does for any unit.
+  for (const Held& h : held_) {
+    LoopWake(h.loop, h.unit);
+    h.unit->Unref();
+  }
+}
+
+bool HeldFirstSteps::Hold(PyObject* loop, task::Task* unit) {
+  HeldFirstSteps* scope = held_first_steps;
+  if (scope == nullptr) return false;
+  unit->Ref();
+  scope->held_.push_back({loop, unit});
+  return true;
+}
+
 void LoopWake(PyObject* loop, task::Task* unit) {
   LoopState* st = StateOf(loop);
   unit->set_executor(st->runtime->executor());

@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/task/task.h"
 
@@ -27,6 +28,38 @@ bool IsLoop(PyObject* obj);
 // Makes `unit` (an idle runtime task whose reference the loop now shares)
 // runnable: woken now if the loop runs, else deferred until it does.
 void LoopWake(PyObject* loop, runtime::task::Task* unit);
+
+// While one of these is alive on a thread, the first steps of tasks that
+// thread creates are held back, then queued together in creation order
+// when the scope ends. gather() makes its children inside one: stdlib runs
+// none of them before gather() returns either, so nothing a user observes
+// changes, but children no longer start on other workers while their
+// siblings are still being made. Started at once, a stealing worker ran
+// each child moments after its creation, pulling the fresh objects' cache
+// lines away from the creating worker, and most children finished before
+// gather() attached its callback, costing each a scheduled callback:
+// one_million was slower at 2 workers than at 1. Scopes nest; each queues
+// what it held back.
+class HeldFirstSteps {
+ public:
+  HeldFirstSteps();
+  ~HeldFirstSteps();
+  HeldFirstSteps(const HeldFirstSteps&) = delete;
+  HeldFirstSteps& operator=(const HeldFirstSteps&) = delete;
+
+  // For a new task's first step: true if a scope on this thread now holds
+  // `unit` (which must stay unscheduled until then), else false and the
+  // caller wakes it with LoopWake.
+  static bool Hold(PyObject* loop, runtime::task::Task* unit);
+
+ private:
+  struct Held {
+    PyObject* loop;  // Borrowed: the unit's task, not yet run, holds it.
+    runtime::task::Task* unit;  // One reference of ours.
+  };
+  std::vector<Held> held_;
+  HeldFirstSteps* outer_;
+};
 
 // The loop's registry of pending tasks (all_tasks): an intrusive list
 // node embedded in each task. A task is registered while its step unit

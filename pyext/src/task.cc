@@ -468,7 +468,7 @@ int TaskInitialize(PyObject* self, PyObject* coro, PyObject* loop, PyObject* nam
     if (FutureIsDone(&t->base)) Py_CLEAR(t->coro);
     return 0;
   }
-  LoopWake(resolved, t->unit);
+  if (!HeldFirstSteps::Hold(resolved, t->unit)) LoopWake(resolved, t->unit);
   return 0;
 }
 

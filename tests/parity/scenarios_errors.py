@@ -15,6 +15,22 @@ async def gather_non_awaitable_argument(aio):
 
 
 @scenario
+async def gather_bad_argument_still_runs_children_made_before_it(aio):
+    # Tasks made for the arguments before the bad one are left running.
+    ran = []
+
+    async def child(i):
+        ran.append(i)
+
+    r = observe(aio.gather, child(1), child(2), 3)[:2]
+    for _ in range(500):
+        if len(ran) == 2:
+            break
+        await aio.sleep(0.001)
+    return [r, sorted(ran)]
+
+
+@scenario
 @since(3, 14)
 async def gather_rejects_future_of_other_loop(aio):
     import asyncio as stdlib
