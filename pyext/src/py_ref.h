@@ -23,6 +23,56 @@ inline void DecRefAnyThread(PyObject* obj) {
   PyGILState_Release(state);
 }
 
+// A reference counted in the object's shared count even on the thread that
+// owns it, for one that is usually dropped on another worker (a step unit's
+// hold on its task). Taken the usual way it would sit in the owner's local
+// count, and the other worker's decrement would push the shared count below
+// zero, which in free-threaded CPython queues the object back to its owner
+// to merge the two counts (biased reference counting): with many children
+// made on one worker and finished on another, that merging kept the making
+// worker busy (one_million at 2 workers). CPython acts on the sum of both
+// counts, so lifetimes are unchanged; an owned object keeps a local count
+// >= 1, so the owner's own decrements stay valid. Drop it with
+// DropSharedRef, which takes it from the shared count on any thread (a
+// plain Py_DECREF on the owner would empty the local count early and force
+// a merge there instead). GIL builds: ordinary references.
+inline PyObject* NewSharedRef(PyObject* obj) {
+#ifdef Py_GIL_DISABLED
+  if (!_Py_IsImmortal(obj)) {
+    _Py_atomic_add_ssize(&obj->ob_ref_shared,
+                         static_cast<Py_ssize_t>(1) << _Py_REF_SHARED_SHIFT);
+    return obj;
+  }
+#endif
+  return Py_NewRef(obj);
+}
+
+// Drops a reference taken by NewSharedRef (nullptr is ignored). Needs an
+// attached thread state, as Py_DECREF does.
+inline void DropSharedRef(PyObject* obj) {
+  if (obj == nullptr) return;
+#ifdef Py_GIL_DISABLED
+  if (!_Py_IsImmortal(obj)) {
+    _Py_DecRefShared(obj);
+    return;
+  }
+#endif
+  Py_DECREF(obj);
+}
+
+// DropSharedRef from any thread, attaching as DecRefAnyThread does.
+inline void DropSharedRefAnyThread(PyObject* obj) {
+  if (obj == nullptr) return;
+  if (PyThreadState_GetUnchecked() != nullptr) {
+    DropSharedRef(obj);
+    return;
+  }
+  if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+  PyGILState_STATE state = PyGILState_Ensure();
+  DropSharedRef(obj);
+  PyGILState_Release(state);
+}
+
 }  // namespace mt::pyext
 
 #endif  // MT_PYEXT_SRC_PY_REF_H_
