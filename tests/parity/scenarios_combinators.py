@@ -32,6 +32,20 @@ async def gather_duplicates_among_many(aio):
     return [res[:3], res[150:153], res[-3:], len(res)]
 
 
+@scenario
+async def gather_duplicate_in_shuffled_arguments(aio):
+    # Arguments whose addresses are in no order (many short ascending
+    # runs): one repeated coroutine is still found and awaited once.
+    import random
+    coros = [value_after(aio, i) for i in range(400)]
+    order = list(range(400))
+    random.Random(5).shuffle(order)
+    args = [coros[i] for i in order]
+    args.insert(333, coros[order[17]])
+    res = await aio.gather(*args)
+    return [len(res), res[17] == res[333], sorted(set(res)) == list(range(400))]
+
+
 class _EqualAwaitable:
     """Awaitables that compare equal to each other: gather() keys its
     arguments by equality, so stdlib awaits only the first."""
