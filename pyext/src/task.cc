@@ -32,7 +32,12 @@ struct TaskObject {
 };
 
 PyTypeObject* task_type = nullptr;
-std::atomic<std::uint64_t> task_counter{0};
+// Written on every task creation: on a cache line of its own, away from the
+// read-mostly pointers below that every step reads on every worker.
+struct alignas(64) TaskCounter {
+  std::atomic<std::uint64_t> value{0};
+};
+TaskCounter task_counter;
 
 PyObject* enter_task = nullptr;  // _asyncio._enter_task
 PyObject* leave_task = nullptr;  // _asyncio._leave_task
@@ -466,7 +471,7 @@ int TaskInitialize(PyObject* self, PyObject* coro, PyObject* loop, PyObject* nam
   t->coro = Py_NewRef(coro);
   t->context = context == Py_None ? PyContext_CopyCurrent() : Py_NewRef(context);
   if (t->context == nullptr) return -1;
-  t->number = task_counter.fetch_add(1, std::memory_order_relaxed) + 1;
+  t->number = task_counter.value.fetch_add(1, std::memory_order_relaxed) + 1;
   if (name != Py_None) {
     t->name = PyObject_Str(name);
     if (t->name == nullptr) return -1;
