@@ -29,9 +29,20 @@ class Queue(_core.Queue):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        # Overrides count wherever they come from in the MRO (mixins too).
         if ("_native_storage" not in cls.__dict__
-                and any(name in cls.__dict__ for name in _STORAGE_METHODS)):
+                and any(getattr(cls, name) is not getattr(Queue, name)
+                        for name in _STORAGE_METHODS)):
             cls._native_storage = None
+        # asyncio's put()/get() end in self.put_nowait()/get_nowait(); the
+        # C++ ones do not call them, so a subclass overriding either gets
+        # put()/get() written asyncio's way.
+        if (cls.put_nowait is not _core.Queue.put_nowait
+                and cls.put is _core.Queue.put):
+            cls.put = _put_via_put_nowait
+        if (cls.get_nowait is not _core.Queue.get_nowait
+                and cls.get is _core.Queue.get):
+            cls.get = _get_via_get_nowait
 
     # asyncio's storage hooks, used when a subclass overrides only some of
     # them (the others then work on this deque).
@@ -71,6 +82,30 @@ class Queue(_core.Queue):
         if self._is_shutdown:
             result += " shutdown"
         return result
+
+
+async def _put_via_put_nowait(self, item):
+    """Put an item into the queue, waiting while it is full."""
+    while True:
+        stores = await self._wait_for_room()  # QueueShutDown once shut down.
+        try:
+            return self.put_nowait(item)
+        except QueueFull:
+            # Another task filled the slot this one saw first: wait again.
+            # A QueueFull with nothing stored meanwhile is the subclass's own.
+            if self._stores == stores:
+                raise
+
+
+async def _get_via_get_nowait(self):
+    """Remove and return an item, waiting while the queue is empty."""
+    while True:
+        takes = await self._wait_for_item()  # QueueShutDown once shut down and empty.
+        try:
+            return self.get_nowait()
+        except QueueEmpty:
+            if self._takes == takes:
+                raise
 
 
 class PriorityQueue(Queue):

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <utility>
 #include <vector>
@@ -33,6 +34,12 @@ struct QueueObject {
   Py_ssize_t maxsize;    // The limit in items; <= 0: unbounded.
   PyObject* maxsize_obj;  // What the caller passed, for `maxsize` (strong).
   Py_ssize_t unfinished;
+  // Items ever taken and ever stored: a put()/get() written on top of an
+  // overridden put_nowait()/get_nowait() tells a race it lost (another
+  // task took the item or the slot it was woken for) from the subclass's
+  // own QueueEmpty/QueueFull by whether these moved.
+  std::uint64_t takes;
+  std::uint64_t stores;
   // Heap-allocated: the object's memory comes from tp_alloc.
   std::deque<PyObject*>* items;  // kFifo/kLifo storage (strong references).
   WaiterQueue* getters;
@@ -105,6 +112,7 @@ int TakeLocked(QueueObject* q, PyObject** item, AfterUnlock& after) {
   }
   *item = GetItemLocked(q);
   if (*item == nullptr) return -1;
+  ++q->takes;
   after.wake = q->putters->PopFirstPending(after.discard);
   return 1;
 }
@@ -119,6 +127,7 @@ int StoreLocked(QueueObject* q, PyObject* item, AfterUnlock& after) {
   const int full = FullLocked(q);
   if (full != 0) return full < 0 ? -1 : 0;
   if (PutItemLocked(q, item) < 0) return -1;
+  ++q->stores;
   ++q->unfinished;  // join() waits again (asyncio clears its _finished event).
   after.wake = q->getters->PopFirstPending(after.discard);
   return 1;
@@ -162,24 +171,23 @@ int JoinStart(AwaiterObject* aw) {
 
 // A getter or putter is woken to look again, not handed an item or a slot:
 // another task may have taken it first, and then it queues again.
-int GetWoken(AwaiterObject* aw) {
+int LookAgain(AwaiterObject* aw, WaiterQueue* line,
+              int (*try_locked)(AwaiterObject*, AfterUnlock&)) {
   QueueObject* q = AsQueue(aw->owner);
   {
     Guard g(&q->mu);
-    q->getters->Remove(aw->fut);  // Normally popped by the waker already.
+    line->Remove(aw->fut);  // Normally popped by the waker already.
   }
   Py_CLEAR(aw->fut);
-  return AwaiterTryOrQueue(aw, &q->mu, q->getters, GetTryLocked);
+  return AwaiterTryOrQueue(aw, &q->mu, line, try_locked);
+}
+
+int GetWoken(AwaiterObject* aw) {
+  return LookAgain(aw, AsQueue(aw->owner)->getters, GetTryLocked);
 }
 
 int PutWoken(AwaiterObject* aw) {
-  QueueObject* q = AsQueue(aw->owner);
-  {
-    Guard g(&q->mu);
-    q->putters->Remove(aw->fut);
-  }
-  Py_CLEAR(aw->fut);
-  return AwaiterTryOrQueue(aw, &q->mu, q->putters, PutTryLocked);
+  return LookAgain(aw, AsQueue(aw->owner)->putters, PutTryLocked);
 }
 
 int JoinWoken(AwaiterObject* aw) {
@@ -226,6 +234,67 @@ void JoinAbandon(AwaiterObject* aw) { JoinWoken(aw); }
 const AwaiterOps kQueueGet = {"get", GetStart, GetWoken, GetAbandon};
 const AwaiterOps kQueuePut = {"put", PutStart, PutWoken, PutAbandon};
 const AwaiterOps kQueueJoin = {"join", JoinStart, JoinWoken, JoinAbandon};
+
+// --- waiting for room or an item without taking it -----------------------------------
+//
+// asyncio's put()/get() wait while full/empty, then call self.put_nowait()/
+// self.get_nowait(). For a subclass that overrides those, queues.py writes
+// put()/get() that way on these awaiters: they stand in line with the other
+// putters/getters, are woken as those are, and pass a wake on when they
+// leave without using it (the same abandon ops). QueueShutDown as put()/
+// get() raise it.
+
+// Both finish with the counter (stores, takes) as they saw it.
+int Seen(AwaiterObject* aw, std::uint64_t counter, AfterUnlock& after) {
+  PyObject* value = PyLong_FromUnsignedLongLong(counter);
+  if (value == nullptr) return -1;
+  after.drop_items.push_back(aw->value);  // Not dropped under the mutex.
+  aw->value = value;
+  return 1;
+}
+
+int RoomTryLocked(AwaiterObject* aw, AfterUnlock& after) {
+  QueueObject* q = AsQueue(aw->owner);
+  if (q->is_shutdown) {
+    after.raise = queue_shut_down;
+    return -1;
+  }
+  const int full = FullLocked(q);
+  if (full != 0) return full < 0 ? -1 : 0;
+  return Seen(aw, q->stores, after);
+}
+
+int ItemTryLocked(AwaiterObject* aw, AfterUnlock& after) {
+  QueueObject* q = AsQueue(aw->owner);
+  const Py_ssize_t n = SizeLocked(q);
+  if (n != 0) return n < 0 ? -1 : Seen(aw, q->takes, after);
+  if (q->is_shutdown) {
+    after.raise = queue_shut_down;
+    return -1;
+  }
+  return 0;
+}
+
+int RoomStart(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  return AwaiterTryOrQueue(aw, &q->mu, q->putters, RoomTryLocked);
+}
+
+int ItemStart(AwaiterObject* aw) {
+  QueueObject* q = AsQueue(aw->owner);
+  return AwaiterTryOrQueue(aw, &q->mu, q->getters, ItemTryLocked);
+}
+
+int RoomWoken(AwaiterObject* aw) {
+  return LookAgain(aw, AsQueue(aw->owner)->putters, RoomTryLocked);
+}
+
+int ItemWoken(AwaiterObject* aw) {
+  return LookAgain(aw, AsQueue(aw->owner)->getters, ItemTryLocked);
+}
+
+const AwaiterOps kQueueRoom = {"_wait_for_room", RoomStart, RoomWoken, PutAbandon};
+const AwaiterOps kQueueItem = {"_wait_for_item", ItemStart, ItemWoken, GetAbandon};
 
 // --- the type --------------------------------------------------------------------------
 
@@ -361,6 +430,14 @@ PyObject* Queue_put(PyObject* self, PyObject* item) {
 
 PyObject* Queue_join(PyObject* self, PyObject*) {
   return NewAwaiter(&kQueueJoin, self, Py_None, nullptr);
+}
+
+PyObject* Queue_wait_for_room(PyObject* self, PyObject*) {
+  return NewAwaiter(&kQueueRoom, self, Py_None, nullptr);
+}
+
+PyObject* Queue_wait_for_item(PyObject* self, PyObject*) {
+  return NewAwaiter(&kQueueItem, self, Py_None, nullptr);
 }
 
 PyObject* Queue_get_nowait(PyObject* self, PyObject*) {
@@ -522,6 +599,17 @@ PyObject* Queue_get_unfinished(PyObject* self, void*) {
   return PyLong_FromSsize_t(n);
 }
 
+template <std::uint64_t QueueObject::*kCounter>
+PyObject* Queue_get_counter(PyObject* self, void*) {
+  QueueObject* q = AsQueue(self);
+  std::uint64_t n;
+  {
+    Guard g(&q->mu);
+    n = q->*kCounter;
+  }
+  return PyLong_FromUnsignedLongLong(n);
+}
+
 PyObject* Queue_get_is_shutdown(PyObject* self, void*) {
   QueueObject* q = AsQueue(self);
   bool shut;
@@ -561,6 +649,12 @@ PyMethodDef queue_methods[] = {
     {"empty", Queue_empty, METH_NOARGS, "True if the queue is empty."},
     {"full", Queue_full, METH_NOARGS, "True if there are maxsize items in the queue."},
     {"_items", Queue_items, METH_NOARGS, "A snapshot of the items, oldest first."},
+    {"_wait_for_room", Queue_wait_for_room, METH_NOARGS,
+     "Wait (an awaitable) in line with put()s until the queue is not full; "
+     "returns _stores as it was then."},
+    {"_wait_for_item", Queue_wait_for_item, METH_NOARGS,
+     "Wait (an awaitable) in line with get()s until the queue is not empty; "
+     "returns _takes as it was then."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -570,6 +664,8 @@ PyGetSetDef queue_getset[] = {
     {"_maxsize", Queue_get_maxsize, nullptr, nullptr, nullptr},
     {"_unfinished_tasks", Queue_get_unfinished, nullptr, nullptr, nullptr},
     {"_is_shutdown", Queue_get_is_shutdown, nullptr, nullptr, nullptr},
+    {"_takes", Queue_get_counter<&QueueObject::takes>, nullptr, nullptr, nullptr},
+    {"_stores", Queue_get_counter<&QueueObject::stores>, nullptr, nullptr, nullptr},
     {"_getters", Queue_get_getters, nullptr, nullptr, nullptr},
     {"_putters", Queue_get_putters, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},

@@ -218,9 +218,23 @@ def test_event_set_and_clear_from_many_workers(loop):
     assert len(ev._waiters) == 0
 
 
-def test_queue_loses_and_duplicates_nothing_under_cancellation(loop):
+class _ThroughNowait(asyncio.Queue):
+    """Overrides put_nowait()/get_nowait(), so its put()/get() are the
+    Python ones that wait in line and then call them (queues.py)."""
+
+    def put_nowait(self, item):
+        super().put_nowait(item)
+
+    def get_nowait(self):
+        return super().get_nowait()
+
+
+@pytest.mark.parametrize("queue_type", [asyncio.Queue, _ThroughNowait])
+def test_queue_loses_and_duplicates_nothing_under_cancellation(loop, queue_type):
+    assert (queue_type.put is asyncio.Queue.put) == (queue_type is asyncio.Queue)
+
     async def main():
-        queue = asyncio.Queue(maxsize=8)
+        queue = queue_type(maxsize=8)
         taken = collections.Counter()
         mu = threading.Lock()
         per_producer = 400

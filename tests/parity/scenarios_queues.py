@@ -291,3 +291,73 @@ async def barrier_abort_breaks_waiters(aio):
 @scenario
 async def barrier_bad_parties(aio):
     return observe(aio.Barrier, 0)[:2]
+
+
+class _Tagging:
+    """Queue mixin overriding put_nowait/get_nowait: asyncio's put()/get()
+    end by calling them, so every item is tagged on the way in and out."""
+
+    def put_nowait(self, item):
+        super().put_nowait(("in", item))
+
+    def get_nowait(self):
+        return ("out", super().get_nowait())
+
+
+@scenario
+async def queue_put_and_get_go_through_overridden_nowait_methods(aio):
+    class Tagging(_Tagging, aio.Queue):
+        pass
+
+    q = Tagging(maxsize=1)
+    await q.put(1)
+    blocked_put = aio.create_task(q.put(2))
+    await aio.sleep(0.005)
+    first = await q.get()
+    await aio.wait_for(blocked_put, 5)
+    second = await q.get()
+    blocked_get = aio.create_task(q.get())
+    await aio.sleep(0.005)
+    q.put_nowait(3)
+    return [first, second, await aio.wait_for(blocked_get, 5), q.empty()]
+
+
+@scenario
+async def queue_overridden_nowait_methods_under_contention(aio):
+    # Producers and consumers racing on a one-slot queue through the
+    # overrides: every item passes both exactly once.
+    class Tagging(_Tagging, aio.Queue):
+        pass
+
+    q = Tagging(maxsize=1)
+    got = []
+
+    async def produce(base):
+        for i in range(50):
+            await q.put(base + i)
+
+    async def consume():
+        for _ in range(50):
+            got.append(await q.get())
+
+    await aio.wait_for(aio.gather(produce(0), produce(1000), consume(), consume()), 30)
+    return [len(got), sorted(got) == sorted(("out", ("in", v)) for b in (0, 1000)
+                                            for v in range(b, b + 50))]
+
+
+@scenario
+async def queue_overridden_nowait_methods_and_shutdown(aio):
+    class Tagging(_Tagging, aio.Queue):
+        pass
+
+    q = Tagging(maxsize=1)
+    q.put_nowait("a")
+    blocked_put = aio.create_task(q.put("b"))
+    empty = Tagging()
+    blocked_get = aio.create_task(empty.get())
+    await aio.sleep(0.005)
+    q.shutdown()
+    empty.shutdown()
+    r = [await aobserve(blocked_put), await aobserve(blocked_get),
+         await aobserve(q.put("c"))]
+    return r + [await q.get(), await aobserve(q.get())]
