@@ -246,10 +246,8 @@ const AwaiterOps kQueueJoin = {"join", JoinStart, JoinWoken, JoinAbandon};
 
 // Both finish with the counter (stores, takes) as they saw it.
 int Seen(AwaiterObject* aw, std::uint64_t counter, AfterUnlock& after) {
-  PyObject* value = PyLong_FromUnsignedLongLong(counter);
-  if (value == nullptr) return -1;
-  after.drop_items.push_back(aw->value);  // Not dropped under the mutex.
-  aw->value = value;
+  after.result_for = aw;
+  after.result_number = counter;
   return 1;
 }
 

@@ -102,6 +102,8 @@ bool WakeWaiter(FutureObject* fut, PyObject* value) {
 int AfterUnlock::Run() {
   PyObject* saved = PyErr_GetRaisedException();
   if (wake != nullptr) WakeWaiter(std::exchange(wake, nullptr), Py_None);
+  for (FutureObject* f : wake_all) WakeWaiter(f, Py_None);
+  wake_all.clear();
   DropAll(discard);
   for (PyObject* item : drop_items) Py_DECREF(item);
   drop_items.clear();
@@ -110,8 +112,18 @@ int AfterUnlock::Run() {
     return 0;
   }
   if (raise != nullptr) {
-    PyErr_SetNone(raise);
+    if (raise_message != nullptr) {
+      PyErr_SetString(raise, raise_message);
+    } else {
+      PyErr_SetNone(raise);
+    }
     return -1;
+  }
+  if (result_for != nullptr) {
+    PyObject* value = PyLong_FromUnsignedLongLong(result_number);
+    if (value == nullptr) return -1;
+    AwaiterObject* aw = std::exchange(result_for, nullptr);
+    Py_SETREF(aw->value, value);
   }
   return 0;
 }
@@ -332,6 +344,7 @@ PyObject* NewAwaiter(const AwaiterOps* ops, PyObject* owner, PyObject* value, Py
   aw->arg = Py_XNewRef(arg);
   aw->fut = nullptr;
   aw->inner = nullptr;
+  aw->number = -1;
   PyObject_GC_Track(aw);
   return reinterpret_cast<PyObject*>(aw);
 }

@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <vector>
 
@@ -135,6 +136,9 @@ struct AwaiterObject {
   PyObject* arg;      // The operation's argument, e.g. put's item (strong).
   FutureObject* fut;  // The queued waiter while waiting (strong).
   PyObject* inner;    // fut's await iterator while waiting (strong).
+  // What a kind of wait keeps between resumptions; -1 at first (Barrier:
+  // the arrival index once counted).
+  Py_ssize_t number;
 };
 
 // A new awaiter of `ops` on `owner` (arg may be nullptr).
@@ -150,9 +154,15 @@ PyObject* AwaitIter(PyObject* awaitable);
 // What an attempt made under a mutex leaves to do once it is released.
 struct AfterUnlock {
   FutureObject* wake = nullptr;         // A waiter to wake with None.
+  std::vector<FutureObject*> wake_all;  // Waiters to wake with None (references).
   std::vector<FutureObject*> discard;   // References to drop.
   std::vector<PyObject*> drop_items;    // Items a queue let go of.
   PyObject* raise = nullptr;            // An exception type to raise (borrowed).
+  const char* raise_message = nullptr;  // Its message, if any.
+  // An awaiter whose result becomes the int `result_number` (an int is
+  // made after unlocking: nothing allocates under the mutex).
+  AwaiterObject* result_for = nullptr;
+  std::uint64_t result_number = 0;
   // Does the above; -1 if it raised (`raise`), else 0. Keeps an error
   // that is already set.
   int Run();

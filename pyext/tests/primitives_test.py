@@ -374,3 +374,104 @@ def test_condition_wait_closed_after_notify_passes_the_notification_on(loop):
         cond.release()
         return await asyncio.wait_for(task, WAIT)
     assert run(loop, main()) == "other"
+
+
+def test_barrier_rounds_across_workers(loop):
+    # One task per party, many rounds: lock-step, each round hands out every
+    # index once, and nobody leaves round r before all arrived at it.
+    parties, rounds = 6, 40
+
+    async def main():
+        barrier = asyncio.Barrier(parties)
+        arrivals = collections.Counter()
+        per_round = collections.defaultdict(list)
+        mu = threading.Lock()
+
+        async def party():
+            for r in range(rounds):
+                with mu:
+                    arrivals[r] += 1
+                index = await barrier.wait()
+                with mu:
+                    per_round[r].append(index)
+                    assert arrivals[r] == parties
+
+        await asyncio.wait_for(asyncio.gather(*(party() for _ in range(parties))), WAIT)
+        return barrier, per_round
+
+    barrier, per_round = run(loop, main())
+    assert len(per_round) == rounds
+    assert all(sorted(v) == list(range(parties)) for v in per_round.values())
+    assert barrier.n_waiting == 0 and barrier._count == 0
+    assert barrier._state == "filling" and barrier._waiters == []
+
+
+def test_barrier_many_tasks_one_wait_each(loop):
+    # Far more tasks than parties, arriving from every worker while earlier
+    # groups drain: every group of `parties` gets each index once. (One wait
+    # each: tasks that loop could run ahead and leave too few for a group.)
+    parties, groups = 6, 60
+
+    async def main():
+        barrier = asyncio.Barrier(parties)
+        got = await asyncio.wait_for(
+            asyncio.gather(*(barrier.wait() for _ in range(parties * groups))), WAIT)
+        return barrier, collections.Counter(got)
+
+    barrier, indices = run(loop, main())
+    assert indices == {i: groups for i in range(parties)}
+    assert barrier.n_waiting == 0 and barrier._count == 0
+    assert barrier._state == "filling" and barrier._waiters == []
+
+
+def test_barrier_waiters_cancelled_mid_wait_leave_the_count(loop):
+    async def main():
+        barrier = asyncio.Barrier(3)
+        waiting = [asyncio.create_task(barrier.wait()) for _ in range(2)]
+        while barrier.n_waiting < 2:
+            await asyncio.sleep(0.001)
+        waiting[0].cancel()
+        await asyncio.gather(waiting[0], return_exceptions=True)
+        assert barrier.n_waiting == 1
+        # Two more arrivals complete the round with the one still waiting.
+        got = await asyncio.wait_for(
+            asyncio.gather(waiting[1], barrier.wait(), barrier.wait()), WAIT)
+        # A wait dropped without ever being awaited, and one closed mid-wait,
+        # leave no trace either.
+        barrier.wait()
+        closed = barrier.wait()
+        closed.send(None)
+        assert barrier.n_waiting == 1
+        closed.close()
+        return barrier, sorted(got)
+
+    barrier, got = run(loop, main())
+    # Indices are the count at arrival (stdlib's): the newcomers got 1 and 2
+    # whichever of the first two was cancelled; a count the cancelled waiter
+    # had not given back would have released the round one arrival early.
+    assert got in ([0, 1, 2], [1, 1, 2])
+    assert barrier.n_waiting == 0 and barrier._count == 0 and barrier._waiters == []
+
+
+def test_barrier_reset_and_abort_reach_waiters_on_every_worker(loop):
+    async def main():
+        barrier = asyncio.Barrier(20)
+        waiting = [asyncio.create_task(barrier.wait()) for _ in range(16)]
+        while barrier.n_waiting < 16:
+            await asyncio.sleep(0.001)
+        await barrier.reset()
+        reset = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), WAIT)
+        assert barrier._state == "filling"  # Everyone has left.
+        waiting = [asyncio.create_task(barrier.wait()) for _ in range(16)]
+        while barrier.n_waiting < 16:
+            await asyncio.sleep(0.001)
+        await barrier.abort()
+        aborted = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), WAIT)
+        later = await asyncio.gather(barrier.wait(), return_exceptions=True)
+        return barrier, reset, aborted, later
+
+    barrier, reset, aborted, later = run(loop, main())
+    for outcome in reset + aborted + later:
+        assert isinstance(outcome, asyncio.BrokenBarrierError)
+    assert [str(e) for e in later] == ["Barrier aborted"]
+    assert barrier.broken and barrier._count == 0 and barrier._waiters == []

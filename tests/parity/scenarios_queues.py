@@ -289,6 +289,51 @@ async def barrier_abort_breaks_waiters(aio):
 
 
 @scenario
+async def barrier_reset_breaks_waiters_then_is_reusable(aio):
+    b = aio.Barrier(3)
+    waiters = [aio.create_task(b.wait()) for _ in range(2)]
+    while b.n_waiting < 2:
+        await aio.sleep(0.001)
+    await b.reset()
+    broken = [(await aobserve(w))[:3] for w in waiters]
+    again = await aio.gather(*(b.wait() for _ in range(3)))
+    return [broken, b.broken, sorted(again), b.n_waiting]
+
+
+@scenario
+async def barrier_async_with_repr_and_parties_that_compare_equal(aio):
+    # `parties` is compared with `index + 1`, as stdlib does: 2.0 releases
+    # pairs; `async with` gives the arrival index.
+    b = aio.Barrier(2.0)
+    reprs = [repr(b).rsplit(" [", 1)[1]]
+
+    async def enter():
+        async with b as index:
+            return index
+    waiter = aio.create_task(enter())
+    while b.n_waiting < 1:
+        await aio.sleep(0.001)
+    reprs.append(repr(b).rsplit(" [", 1)[1])
+    got = sorted([await enter(), await waiter])
+    await b.abort()
+    reprs.append(repr(b).rsplit(" [", 1)[1])
+    return [got, b.parties, reprs]
+
+
+@scenario
+async def barrier_cancelled_waiter_gives_its_place_back(aio):
+    b = aio.Barrier(2)
+    first = aio.create_task(b.wait())
+    while b.n_waiting < 1:
+        await aio.sleep(0.001)
+    first.cancel()
+    r = (await aobserve(first))[:2]
+    waiting_after_cancel = b.n_waiting
+    got = sorted(await aio.gather(b.wait(), b.wait()))
+    return [r, waiting_after_cancel, got]
+
+
+@scenario
 async def barrier_bad_parties(aio):
     return observe(aio.Barrier, 0)[:2]
 
