@@ -87,7 +87,7 @@ class Queue(_core.Queue):
 async def _put_via_put_nowait(self, item):
     """Put an item into the queue, waiting while it is full."""
     while True:
-        stores = await self._wait_for_room()  # QueueShutDown once shut down.
+        stores = await self._wait_for_room()  # QueueShutDown if full and shut down.
         try:
             return self.put_nowait(item)
         except QueueFull:

@@ -251,15 +251,18 @@ int Seen(AwaiterObject* aw, std::uint64_t counter, AfterUnlock& after) {
   return 1;
 }
 
+// As asyncio's put(): only a full queue that is shut down raises here; with
+// room, put_nowait() decides (and raises QueueShutDown itself).
 int RoomTryLocked(AwaiterObject* aw, AfterUnlock& after) {
   QueueObject* q = AsQueue(aw->owner);
+  const int full = FullLocked(q);
+  if (full == 0) return Seen(aw, q->stores, after);
+  if (full < 0) return -1;
   if (q->is_shutdown) {
     after.raise = queue_shut_down;
     return -1;
   }
-  const int full = FullLocked(q);
-  if (full != 0) return full < 0 ? -1 : 0;
-  return Seen(aw, q->stores, after);
+  return 0;
 }
 
 int ItemTryLocked(AwaiterObject* aw, AfterUnlock& after) {

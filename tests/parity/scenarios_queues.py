@@ -406,3 +406,26 @@ async def queue_overridden_nowait_methods_and_shutdown(aio):
     r = [await aobserve(blocked_put), await aobserve(blocked_get),
          await aobserve(q.put("c"))]
     return r + [await q.get(), await aobserve(q.get())]
+
+
+@scenario
+async def queue_overridden_nowait_methods_decide_on_a_shut_down_queue(aio):
+    # With room (or an item), put()/get() leave it to put_nowait()/
+    # get_nowait(), shut down or not; only a full (empty) queue that is shut
+    # down raises before calling them.
+    calls = []
+
+    class Logged(aio.Queue):
+        def put_nowait(self, item):
+            calls.append(item)
+            super().put_nowait(item)
+
+        def get_nowait(self):
+            calls.append("get")
+            return super().get_nowait()
+
+    q = Logged()
+    q.put_nowait(1)
+    q.shutdown()
+    r = [await aobserve(q.put(2)), await aobserve(q.get()), await aobserve(q.get())]
+    return [r, calls]
