@@ -64,6 +64,10 @@ struct LoopState {
   // (slow_callback_duration; stdlib's default is 0.1 s).
   std::atomic<std::int64_t> slow_callback_ns{100'000'000};
   std::atomic<bool> closed_flag{false};  // Mirrors `closed`, read lock-free.
+  // Whether the loop object has a task factory: create_task reads this
+  // instead of taking the loop's critical section (one lock every worker's
+  // create_task would meet) in the usual case of none.
+  std::atomic<bool> has_task_factory{false};
   // Pending tasks, for all_tasks(): intrusive lists (no allocation, no
   // hashing) sharded by address so task creation and completion on many
   // workers rarely meet on one mutex. Entries are borrowed: a task is
@@ -921,11 +925,14 @@ int Loop_traverse(PyObject* self, visitproc visit, void* arg) {
 }
 
 int Loop_clear(PyObject* self) {
-  Py_CLEAR(reinterpret_cast<LoopObject*>(self)->task_factory);
+  auto* loop = reinterpret_cast<LoopObject*>(self);
+  if (loop->st != nullptr) loop->st->has_task_factory.store(false, std::memory_order_release);
+  Py_CLEAR(loop->task_factory);
   return 0;
 }
 
 PyObject* CheckedTaskFactory(PyObject* self) {
+  if (!StateOf(self)->has_task_factory.load(std::memory_order_acquire)) return nullptr;
   PyObject* f;
   Py_BEGIN_CRITICAL_SECTION(self);
   f = Py_XNewRef(reinterpret_cast<LoopObject*>(self)->task_factory);
@@ -1044,6 +1051,7 @@ PyObject* Loop_set_task_factory(PyObject* self, PyObject* factory) {
   auto* loop = reinterpret_cast<LoopObject*>(self);
   old = loop->task_factory;
   loop->task_factory = factory == Py_None ? nullptr : Py_NewRef(factory);
+  loop->st->has_task_factory.store(loop->task_factory != nullptr, std::memory_order_release);
   Py_END_CRITICAL_SECTION();
   Py_XDECREF(old);
   Py_RETURN_NONE;
