@@ -5,22 +5,28 @@
 
 namespace mt::pyext {
 
-// Drops a reference from any thread. Runtime units are freed wherever
-// their last reference goes: usually a worker (attached to the
-// interpreter), but also a thread that cancels leftovers during shutdown
-// with its thread state released, or the supervisor thread, which is never
-// attached. Those attach first. During finalization the reference is
-// leaked rather than touching a dying interpreter.
-inline void DecRefAnyThread(PyObject* obj) {
+// Runs drop(obj) with an attached thread state, from any thread. Runtime
+// units are freed wherever their last reference goes: usually a worker
+// (attached to the interpreter), but also a thread that cancels leftovers
+// during shutdown with its thread state released, or the supervisor thread,
+// which is never attached. Those attach first. During finalization the
+// reference is leaked rather than touching a dying interpreter.
+template <typename Drop>
+void DropOnAnyThread(PyObject* obj, Drop drop) {
   if (obj == nullptr) return;
   if (PyThreadState_GetUnchecked() != nullptr) {
-    Py_DECREF(obj);
+    drop(obj);
     return;
   }
   if (!Py_IsInitialized() || Py_IsFinalizing()) return;
   PyGILState_STATE state = PyGILState_Ensure();
-  Py_DECREF(obj);
+  drop(obj);
   PyGILState_Release(state);
+}
+
+// Drops a reference from any thread (see DropOnAnyThread).
+inline void DecRefAnyThread(PyObject* obj) {
+  DropOnAnyThread(obj, [](PyObject* o) { Py_DECREF(o); });
 }
 
 // A reference counted in the object's shared count even on the thread that
@@ -60,18 +66,8 @@ inline void DropSharedRef(PyObject* obj) {
   Py_DECREF(obj);
 }
 
-// DropSharedRef from any thread, attaching as DecRefAnyThread does.
-inline void DropSharedRefAnyThread(PyObject* obj) {
-  if (obj == nullptr) return;
-  if (PyThreadState_GetUnchecked() != nullptr) {
-    DropSharedRef(obj);
-    return;
-  }
-  if (!Py_IsInitialized() || Py_IsFinalizing()) return;
-  PyGILState_STATE state = PyGILState_Ensure();
-  DropSharedRef(obj);
-  PyGILState_Release(state);
-}
+// DropSharedRef from any thread (see DropOnAnyThread).
+inline void DropSharedRefAnyThread(PyObject* obj) { DropOnAnyThread(obj, DropSharedRef); }
 
 }  // namespace mt::pyext
 

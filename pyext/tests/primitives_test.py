@@ -424,12 +424,21 @@ def test_barrier_many_tasks_one_wait_each(loop):
     assert barrier._state == "filling" and barrier._waiters == []
 
 
+async def _waiting_at(barrier, n):
+    """Tasks for n waits at `barrier`, once all n are counted there."""
+    tasks = [asyncio.create_task(barrier.wait()) for _ in range(n)]
+
+    async def counted():
+        while barrier.n_waiting < n:
+            await asyncio.sleep(0.001)
+    await asyncio.wait_for(counted(), WAIT)
+    return tasks
+
+
 def test_barrier_waiters_cancelled_mid_wait_leave_the_count(loop):
     async def main():
         barrier = asyncio.Barrier(3)
-        waiting = [asyncio.create_task(barrier.wait()) for _ in range(2)]
-        while barrier.n_waiting < 2:
-            await asyncio.sleep(0.001)
+        waiting = await _waiting_at(barrier, 2)
         waiting[0].cancel()
         await asyncio.gather(waiting[0], return_exceptions=True)
         assert barrier.n_waiting == 1
@@ -456,15 +465,11 @@ def test_barrier_waiters_cancelled_mid_wait_leave_the_count(loop):
 def test_barrier_reset_and_abort_reach_waiters_on_every_worker(loop):
     async def main():
         barrier = asyncio.Barrier(20)
-        waiting = [asyncio.create_task(barrier.wait()) for _ in range(16)]
-        while barrier.n_waiting < 16:
-            await asyncio.sleep(0.001)
+        waiting = await _waiting_at(barrier, 16)
         await barrier.reset()
         reset = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), WAIT)
         assert barrier._state == "filling"  # Everyone has left.
-        waiting = [asyncio.create_task(barrier.wait()) for _ in range(16)]
-        while barrier.n_waiting < 16:
-            await asyncio.sleep(0.001)
+        waiting = await _waiting_at(barrier, 16)
         await barrier.abort()
         aborted = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), WAIT)
         later = await asyncio.gather(barrier.wait(), return_exceptions=True)

@@ -277,12 +277,20 @@ async def barrier_reusable_rounds(aio):
     return sorted(rounds)
 
 
+async def _waiting_at(aio, barrier, n):
+    """Tasks for n waits at `barrier`, once all n are counted (bounded)."""
+    tasks = [aio.create_task(barrier.wait()) for _ in range(n)]
+    for _ in range(5000):
+        if barrier.n_waiting >= n:
+            break
+        await aio.sleep(0.001)
+    return tasks
+
+
 @scenario
 async def barrier_abort_breaks_waiters(aio):
     b = aio.Barrier(3)
-    waiters = [aio.create_task(b.wait()) for _ in range(2)]
-    while b.n_waiting < 2:
-        await aio.sleep(0.001)
+    waiters = await _waiting_at(aio, b, 2)
     await b.abort()
     results = [(await aobserve(w))[:2] for w in waiters]
     return [results, b.broken, (await aobserve(b.wait()))[:2]]
@@ -291,9 +299,7 @@ async def barrier_abort_breaks_waiters(aio):
 @scenario
 async def barrier_reset_breaks_waiters_then_is_reusable(aio):
     b = aio.Barrier(3)
-    waiters = [aio.create_task(b.wait()) for _ in range(2)]
-    while b.n_waiting < 2:
-        await aio.sleep(0.001)
+    waiters = await _waiting_at(aio, b, 2)
     await b.reset()
     broken = [(await aobserve(w))[:3] for w in waiters]
     again = await aio.gather(*(b.wait() for _ in range(3)))
@@ -311,7 +317,9 @@ async def barrier_async_with_repr_and_parties_that_compare_equal(aio):
         async with b as index:
             return index
     waiter = aio.create_task(enter())
-    while b.n_waiting < 1:
+    for _ in range(5000):
+        if b.n_waiting >= 1:
+            break
         await aio.sleep(0.001)
     reprs.append(repr(b).rsplit(" [", 1)[1])
     got = sorted([await enter(), await waiter])
@@ -323,9 +331,7 @@ async def barrier_async_with_repr_and_parties_that_compare_equal(aio):
 @scenario
 async def barrier_cancelled_waiter_gives_its_place_back(aio):
     b = aio.Barrier(2)
-    first = aio.create_task(b.wait())
-    while b.n_waiting < 1:
-        await aio.sleep(0.001)
+    [first] = await _waiting_at(aio, b, 1)
     first.cancel()
     r = (await aobserve(first))[:2]
     waiting_after_cancel = b.n_waiting
