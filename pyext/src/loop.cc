@@ -1292,6 +1292,11 @@ bool LoopRunsOnThisThread(PyObject* loop) {
          StateOf(loop)->running_flag.load(std::memory_order_acquire);
 }
 
+bool LoopRunsOnlyOnThisThread(PyObject* loop) {
+  return LoopRunsOnThisThread(loop) &&
+         StateOf(loop)->runtime->scheduler().target_workers() == 1;
+}
+
 // sys.set_asyncgen_hooks is per thread: stdlib sets it on the one thread
 // that runs the loop, so here every worker sets it to the loop whose steps
 // it runs. Without it async generators first iterated in a step would be

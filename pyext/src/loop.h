@@ -103,6 +103,9 @@ class SlowCallbackCheck {
 
 // True if this thread is one of `loop`'s workers inside a step or callback.
 bool LoopRunsOnThisThread(PyObject* loop);
+// Whether this thread is the only worker of the runtime that runs `loop`
+// (and runs it now): a task made here will almost surely finish here.
+bool LoopRunsOnlyOnThisThread(PyObject* loop);
 
 // Called from a unit's Poll: if the loop is not running, parks the unit in
 // the deferred list (it returns "not finished" and is woken when the loop

@@ -74,11 +74,20 @@ bool StepTask(PyObject* self);
 // loop is borrowed from the task, which keeps it alive: a reference of the
 // unit's own would be one more atomic increment and decrement per task on
 // the loop object, shared by every worker.
+//
+// Its hold on the task sits in the task's shared refcount (NewSharedRef),
+// as the task usually finishes on another worker than the one that made
+// it; when the making thread is the runtime's only worker it will finish
+// here, and a plain local reference saves the two atomic operations. (A
+// resize before it finishes only makes that drop take the shared path.)
 class TaskUnit final : public rt_task::Task {
  public:
-  TaskUnit(PyObject* loop, PyObject* task)
-      : Task(/*scheduled=*/false), loop_(loop), task_(NewSharedRef(task)) {}
-  ~TaskUnit() override { DropSharedRefAnyThread(task_); }
+  TaskUnit(PyObject* loop, PyObject* task, bool finishes_here)
+      : Task(/*scheduled=*/false),
+        loop_(loop),
+        task_(finishes_here ? Py_NewRef(task) : NewSharedRef(task)),
+        shared_ref_(!finishes_here) {}
+  ~TaskUnit() override { DropTaskAnyThread(task_); }
 
 #ifdef Py_GIL_DISABLED
   // Free-threaded builds: from CPython's allocator, mimalloc, whose free
@@ -103,19 +112,32 @@ class TaskUnit final : public rt_task::Task {
     if (!done) return false;
     PyObject* task = std::exchange(task_, nullptr);
     LoopUnregisterTask(loop_, &AsTask(task)->registry_link);
-    DropSharedRef(task);
+    if (shared_ref_) {
+      DropSharedRef(task);
+    } else {
+      Py_DECREF(task);
+    }
     return true;
   }
   void OnCancel() override {
     // The runtime or a closed loop dropped the step unrun.
     PyObject* task = std::exchange(task_, nullptr);
     if (task != nullptr) LoopUnregisterTask(loop_, &AsTask(task)->registry_link);
-    DropSharedRefAnyThread(task);
+    DropTaskAnyThread(task);
   }
 
  private:
+  void DropTaskAnyThread(PyObject* task) const {
+    if (shared_ref_) {
+      DropSharedRefAnyThread(task);
+    } else {
+      DecRefAnyThread(task);
+    }
+  }
+
   PyObject* loop_;  // Borrowed; valid while task_ is held.
   PyObject* task_;
+  const bool shared_ref_;  // How task_ was taken (NewSharedRef or Py_NewRef).
 };
 
 void WakeTask(PyObject* self) {
@@ -476,7 +498,7 @@ int TaskInitialize(PyObject* self, PyObject* coro, PyObject* loop, PyObject* nam
     t->name = PyObject_Str(name);
     if (t->name == nullptr) return -1;
   }
-  t->unit = new TaskUnit(resolved, self);
+  t->unit = new TaskUnit(resolved, self, LoopRunsOnlyOnThisThread(resolved));
   if (t->unit == nullptr) {
     PyErr_NoMemory();
     return -1;
