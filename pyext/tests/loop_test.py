@@ -166,6 +166,54 @@ def test_gather_cancel_racing_children_finishing_on_other_workers(loop):
         assert outcome == ("cancelled" if took else "results")
 
 
+def test_gather_children_cancelled_from_another_worker_while_being_made(loop):
+    # gather() holds its children's first steps until every callback is
+    # attached; a cancel from another worker in that window must still end
+    # the child, and the held step queued later must not run it again.
+    # Every child ends once, and every gather completes.
+    ends = []
+    mu = threading.Lock()
+
+    async def child(r, k):
+        try:
+            await asyncio.sleep(0)
+            return k
+        finally:
+            with mu:
+                ends.append((r, k))
+
+    async def canceller(stop, spare):
+        me = asyncio.current_task()
+        cancelled = 0
+        while not stop.is_set():
+            for t in asyncio.all_tasks():
+                if t is not me and t is not spare and t.cancel():
+                    cancelled += 1
+            await asyncio.sleep(0)
+        return cancelled
+
+    async def main():
+        stop = asyncio.Event()
+        cancelled = 0
+        for r in range(20):
+            stop.clear()
+            killer = asyncio.create_task(canceller(stop, asyncio.current_task()))
+            await asyncio.sleep(0)
+            results = await asyncio.gather(
+                *(child(r, k) for k in range(500)), return_exceptions=True)
+            stop.set()
+            cancelled += await killer
+            assert len(results) == 500
+            assert all(res == k or isinstance(res, asyncio.CancelledError)
+                       for k, res in enumerate(results))
+        return cancelled
+
+    cancelled = run(loop, main(), timeout=60)
+    assert cancelled > 0  # The race was exercised.
+    with mu:
+        assert len(ends) == len(set(ends))
+
+
 def test_cancel_a_sleeping_task(loop):
     async def sleeper():
         await asyncio.sleep(30)
