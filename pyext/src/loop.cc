@@ -1175,16 +1175,15 @@ HeldFirstSteps::~HeldFirstSteps() {
   held_first_steps = outer_;
   // A loop stopped meanwhile defers them, as LoopWake does for any unit.
   for (const Held& h : held_) {
-    LoopWake(h.loop, h.unit);
-    h.unit->Unref();
+    LoopWake(h.loop, h.unit);  // Queued, the unit holds the task itself.
+    Py_DECREF(h.task);
   }
 }
 
-bool HeldFirstSteps::Hold(PyObject* loop, task::Task* unit) {
+bool HeldFirstSteps::Hold(PyObject* loop, PyObject* task, task::Task* unit) {
   HeldFirstSteps* scope = held_first_steps;
   if (scope == nullptr) return false;
-  unit->Ref();
-  scope->held_.push_back({loop, unit});
+  scope->held_.push_back({loop, Py_NewRef(task), unit});
   return true;
 }
 

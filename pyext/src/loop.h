@@ -49,13 +49,18 @@ class HeldFirstSteps {
 
   // For a new task's first step: true if a scope on this thread now holds
   // `unit` (which must stay unscheduled until then), else false and the
-  // caller wakes it with LoopWake.
-  static bool Hold(PyObject* loop, runtime::task::Task* unit);
+  // caller wakes it with LoopWake. `task` owns `unit` (and a reference to
+  // `loop`).
+  static bool Hold(PyObject* loop, PyObject* task, runtime::task::Task* unit);
 
  private:
   struct Held {
-    PyObject* loop;  // Borrowed: the unit's task, not yet run, holds it.
-    runtime::task::Task* unit;  // One reference of ours.
+    PyObject* loop;  // Borrowed: the task holds it.
+    // A reference to the task, which keeps its unit: a Python reference,
+    // local to the thread that just made the task, costs no atomic
+    // operation, where one of the unit's own would cost two.
+    PyObject* task;
+    runtime::task::Task* unit;  // Borrowed: the task holds it.
   };
   std::vector<Held> held_;
   HeldFirstSteps* outer_;

@@ -510,7 +510,7 @@ int TaskInitialize(PyObject* self, PyObject* coro, PyObject* loop, PyObject* nam
     if (FutureIsDone(&t->base)) Py_CLEAR(t->coro);
     return 0;
   }
-  if (!HeldFirstSteps::Hold(resolved, t->unit)) LoopWake(resolved, t->unit);
+  if (!HeldFirstSteps::Hold(resolved, self, t->unit)) LoopWake(resolved, t->unit);
   return 0;
 }
 
