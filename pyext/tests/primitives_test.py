@@ -480,3 +480,43 @@ def test_barrier_reset_and_abort_reach_waiters_on_every_worker(loop):
         assert isinstance(outcome, asyncio.BrokenBarrierError)
     assert [str(e) for e in later] == ["Barrier aborted"]
     assert barrier.broken and barrier._count == 0 and barrier._waiters == []
+
+
+def test_barrier_under_timeouts_and_resets_keeps_its_count(loop):
+    # Waits that time out (a cancel mid-wait) at random moments, rounds that
+    # complete and resets from another task, on every worker: whatever
+    # happens, the count is only of tasks still waiting, so once everyone
+    # has stopped the barrier is empty again and no waiter is left queued.
+    async def main():
+        barrier = asyncio.Barrier(4)
+        outcomes = collections.Counter()
+        mu = threading.Lock()
+
+        async def party(rng):
+            for _ in range(150):
+                try:
+                    await asyncio.wait_for(barrier.wait(), rng.choice((0.0005, 0.002, 0.05)))
+                    outcome = "released"
+                except asyncio.TimeoutError:
+                    outcome = "timed out"
+                except asyncio.BrokenBarrierError:
+                    outcome = "broken"
+                with mu:
+                    outcomes[outcome] += 1
+
+        async def resetter(rng):
+            for _ in range(30):
+                await asyncio.sleep(rng.choice((0.001, 0.003)))
+                await barrier.reset()
+
+        rng = random.Random(11)
+        await asyncio.wait_for(asyncio.gather(
+            *(party(random.Random(rng.random())) for _ in range(10)),
+            resetter(random.Random(rng.random()))), WAIT)
+        return barrier, outcomes
+
+    barrier, outcomes = run(loop, main())
+    assert sum(outcomes.values()) == 1500
+    assert outcomes["released"] > 0 and outcomes["timed out"] > 0
+    assert barrier._count == 0 and barrier.n_waiting == 0 and barrier._waiters == []
+    assert barrier._state == "filling"  # The last one out of a reset refilled it.
