@@ -104,9 +104,20 @@ class BoundedSemaphore(_ContextViaOverrides, _core.BoundedSemaphore):
         return _describe(self, extra)
 
 
+async def _aenter_via_wait(self):
+    return await self.wait()
+
+
 class Barrier(_core.Barrier):
     """Blocks tasks until `parties` of them are waiting, then releases them
     all (each gets its arrival index)."""
+
+    def __init_subclass__(cls, **kwargs):
+        # As for locks: asyncio's __aenter__ awaits self.wait(), so a
+        # subclass that overrides wait() gets it called by `async with`.
+        super().__init_subclass__(**kwargs)
+        if cls.wait is not _core.Barrier.wait:
+            cls.__aenter__ = _aenter_via_wait
 
     def __repr__(self):
         extra = self._state

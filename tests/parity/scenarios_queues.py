@@ -329,6 +329,21 @@ async def barrier_async_with_repr_and_parties_that_compare_equal(aio):
 
 
 @scenario
+async def barrier_subclass_overriding_wait_is_used_by_async_with(aio):
+    log = []
+
+    class Logged(aio.Barrier):
+        async def wait(self):
+            log.append("wait")
+            return await super().wait()
+
+    b = Logged(1)
+    async with b as index:
+        log.append(index)
+    return log
+
+
+@scenario
 async def barrier_cancelled_waiter_gives_its_place_back(aio):
     b = aio.Barrier(2)
     [first] = await _waiting_at(aio, b, 1)
