@@ -125,13 +125,8 @@ int WaitStart(AwaiterObject* aw) {
 // Woken by a notify_all: look again (the barrier may still be filling).
 int WaitWoken(AwaiterObject* aw) {
   BarrierObject* b = AsBarrier(aw->owner);
-  {
-    Guard g(&b->base.mu);
-    b->base.waiters->Remove(aw->fut);
-  }
-  Py_CLEAR(aw->fut);
   return LeaveIfFailed(
-      aw, AwaiterTryOrQueue(aw, &b->base.mu, b->base.waiters, WaitTryLocked));
+      aw, AwaiterLookAgain(aw, &b->base.mu, b->base.waiters, WaitTryLocked));
 }
 
 // Cancelled or closed while waiting: one that had arrived leaves (stdlib's

@@ -171,15 +171,8 @@ int JoinStart(AwaiterObject* aw) {
 
 // A getter or putter is woken to look again, not handed an item or a slot:
 // another task may have taken it first, and then it queues again.
-int LookAgain(AwaiterObject* aw, WaiterQueue* line,
-              int (*try_locked)(AwaiterObject*, AfterUnlock&)) {
-  QueueObject* q = AsQueue(aw->owner);
-  {
-    Guard g(&q->mu);
-    line->Remove(aw->fut);  // Normally popped by the waker already.
-  }
-  Py_CLEAR(aw->fut);
-  return AwaiterTryOrQueue(aw, &q->mu, line, try_locked);
+int LookAgain(AwaiterObject* aw, WaiterQueue* line, TryLocked try_locked) {
+  return AwaiterLookAgain(aw, &AsQueue(aw->owner)->mu, line, try_locked);
 }
 
 int GetWoken(AwaiterObject* aw) {

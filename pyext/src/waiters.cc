@@ -406,6 +406,16 @@ int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
   return 0;
 }
 
+int AwaiterLookAgain(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
+                     TryLocked try_locked) {
+  {
+    Guard g(mu);
+    queue->Remove(aw->fut);
+  }
+  Py_CLEAR(aw->fut);
+  return AwaiterTryOrQueue(aw, mu, queue, try_locked);
+}
+
 int RegisterAwaiterType(PyObject* module) {
   PyObject* events = PyImport_ImportModule("asyncio.events");
   if (events == nullptr) return -1;

@@ -179,6 +179,12 @@ using TryLocked = int (*)(AwaiterObject* aw, AfterUnlock& after);
 int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
                       TryLocked try_locked);
 
+// The usual woken op of a wait that is told to look again rather than handed
+// something (queues, Barrier): leaves `queue` (the waker normally popped it
+// already), drops the spent future and tries again as AwaiterTryOrQueue.
+int AwaiterLookAgain(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
+                     TryLocked try_locked);
+
 // Adds mt_asyncio._core.PrimitiveAwaiter. 0, or -1 with an error set.
 int RegisterAwaiterType(PyObject* module);
 
