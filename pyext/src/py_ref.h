@@ -66,9 +66,6 @@ inline void DropSharedRef(PyObject* obj) {
   Py_DECREF(obj);
 }
 
-// DropSharedRef from any thread (see DropOnAnyThread).
-inline void DropSharedRefAnyThread(PyObject* obj) { DropOnAnyThread(obj, DropSharedRef); }
-
 }  // namespace mt::pyext
 
 #endif  // MT_PYEXT_SRC_PY_REF_H_

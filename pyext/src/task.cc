@@ -112,11 +112,7 @@ class TaskUnit final : public rt_task::Task {
     if (!done) return false;
     PyObject* task = std::exchange(task_, nullptr);
     LoopUnregisterTask(loop_, &AsTask(task)->registry_link);
-    if (shared_ref_) {
-      DropSharedRef(task);
-    } else {
-      Py_DECREF(task);
-    }
+    DropTask(task);
     return true;
   }
   void OnCancel() override {
@@ -127,12 +123,16 @@ class TaskUnit final : public rt_task::Task {
   }
 
  private:
-  void DropTaskAnyThread(PyObject* task) const {
+  // Drops task_'s reference the way it was taken.
+  void DropTask(PyObject* task) const {
     if (shared_ref_) {
-      DropSharedRefAnyThread(task);
+      DropSharedRef(task);
     } else {
-      DecRefAnyThread(task);
+      Py_DECREF(task);
     }
+  }
+  void DropTaskAnyThread(PyObject* task) const {
+    DropOnAnyThread(task, [this](PyObject* t) { DropTask(t); });
   }
 
   PyObject* loop_;  // Borrowed; valid while task_ is held.
