@@ -209,16 +209,18 @@ async def condition_notify_and_wait_for(aio):
     return sorted(consumed)
 
 
+async def _notified(cond, log, i):
+    """Waits on `cond` once, then logs `i` (still holding its lock)."""
+    async with cond:
+        await cond.wait()
+        log.append(i)
+
+
 @scenario
 async def condition_notify_all(aio):
     cond = aio.Condition()
     ready = []
-
-    async def waiter(i):
-        async with cond:
-            await cond.wait()
-            ready.append(i)
-    ts = [aio.create_task(waiter(i)) for i in range(10)]
+    ts = [aio.create_task(_notified(cond, ready, i)) for i in range(10)]
     while _nwaiters(cond) < 10:
         await aio.sleep(0.001)
     async with cond:
@@ -369,12 +371,7 @@ async def condition_wait_cancelled_holds_lock_again(aio):
 async def condition_notify_n_wakes_n(aio):
     cond = aio.Condition()
     woke = []
-
-    async def waiter(i):
-        async with cond:
-            await cond.wait()
-            woke.append(i)
-    tasks = await _queue_in_order(aio, cond, [waiter(i) for i in range(5)])
+    tasks = await _queue_in_order(aio, cond, [_notified(cond, woke, i) for i in range(5)])
     async with cond:
         cond.notify(2)
     while len(woke) < 2:
