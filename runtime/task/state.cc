@@ -1,9 +1,22 @@
 #include "runtime/task/state.h"
 
+#include <atomic>
 #include <cassert>
 #include <cstdlib>
+#include <thread>
 
 namespace mt::runtime::task {
+namespace {
+
+void YieldToOthers() { std::this_thread::yield(); }
+
+std::atomic<void (*)()> inspection_wait{YieldToOthers};
+
+}  // namespace
+
+void State::SetInspectionWait(void (*wait)()) {
+  inspection_wait.store(wait != nullptr ? wait : YieldToOthers, std::memory_order_release);
+}
 
 State::WakeAction State::TransitionToScheduled() {
   std::uint64_t cur = word_.load(std::memory_order_acquire);
@@ -31,6 +44,12 @@ State::RunAction State::TransitionToRunning() {
   std::uint64_t cur = word_.load(std::memory_order_acquire);
   for (;;) {
     assert((cur & kScheduled) && !(cur & (kRunning | kComplete)));
+    if (cur & kInspected) {
+      // Rare (a debugger's snapshot) and short: wait rather than park.
+      inspection_wait.load(std::memory_order_acquire)();
+      cur = word_.load(std::memory_order_acquire);
+      continue;
+    }
     const std::uint64_t next = (cur & ~kScheduled) | kRunning;
     if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel,
                                     std::memory_order_acquire)) {
@@ -102,6 +121,23 @@ State::WakeAction State::Cancel() {
       return action;
     }
   }
+}
+
+bool State::TryBeginInspection() {
+  std::uint64_t cur = word_.load(std::memory_order_acquire);
+  for (;;) {
+    if (cur & (kRunning | kComplete | kInspected)) return false;
+    if (word_.compare_exchange_weak(cur, cur | kInspected, std::memory_order_acq_rel,
+                                    std::memory_order_acquire)) {
+      return true;
+    }
+  }
+}
+
+void State::EndInspection() {
+  const std::uint64_t prev = word_.fetch_and(~kInspected, std::memory_order_release);
+  assert(prev & kInspected);
+  (void)prev;
 }
 
 void State::RefInc() { word_.fetch_add(kRefOne, std::memory_order_relaxed); }

@@ -18,6 +18,10 @@ namespace mt::runtime::task {
 //               Poll returns instead of dropping it.
 //   kComplete   terminal: never scheduled or run again.
 //   kCancelled  sticky request; the next runner takes the cancel path.
+//   kInspected  a reader outside the scheduler is looking at what Poll()
+//               works on while nobody runs it (a Python task's coroutine
+//               frames, which CPython lets no second thread read while
+//               they execute); a runner waits for it to end.
 class State {
  public:
   static constexpr std::uint64_t kScheduled = 1u << 0;
@@ -25,6 +29,7 @@ class State {
   static constexpr std::uint64_t kNotified = 1u << 2;
   static constexpr std::uint64_t kComplete = 1u << 3;
   static constexpr std::uint64_t kCancelled = 1u << 4;
+  static constexpr std::uint64_t kInspected = 1u << 5;
   static constexpr int kRefShift = 8;
   static constexpr std::uint64_t kRefOne = std::uint64_t{1} << kRefShift;
   static constexpr std::uint64_t kFlagMask = kRefOne - 1;
@@ -49,8 +54,21 @@ class State {
   };
   // By the worker that took the unit off a queue (holding the queue's
   // reference). Requires kScheduled; never sees kComplete because a
-  // completed unit is never scheduled.
+  // completed unit is never scheduled. Waits out an inspection.
   RunAction TransitionToRunning();
+
+  // For a reader that must see what Poll() works on while it is not
+  // running: sets kInspected unless the unit is running, complete or
+  // inspected already, and returns whether it did. Wakes and cancels
+  // still land meanwhile (a queued unit just does not start), so the
+  // reader must call EndInspection() soon, without blocking in between.
+  bool TryBeginInspection();
+  void EndInspection();
+  // What a runner calls, repeatedly, while it waits out an inspection
+  // (default: yield the CPU). An embedder whose threads must not block in
+  // some state while waiting (Python's, attached to the interpreter)
+  // installs its own, once, before any unit runs.
+  static void SetInspectionWait(void (*wait)());
 
   enum class IdleAction {
     kIdle,        // Parked until the next wake; drop the runner's reference.

@@ -1,6 +1,7 @@
 #include "runtime/task/state.h"
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -121,6 +122,41 @@ TEST(StateTest, RefCountReportsLastRelease) {
   s.RefInc();
   EXPECT_FALSE(s.RefDec());
   EXPECT_TRUE(s.RefDec());
+}
+
+TEST(StateTest, InspectionOfIdleExcludesASecondButNotWakes) {
+  State s;
+  EXPECT_TRUE(s.TryBeginInspection());
+  EXPECT_FALSE(s.TryBeginInspection());
+  EXPECT_EQ(s.TransitionToScheduled(), State::WakeAction::kSubmit);
+  s.EndInspection();
+  EXPECT_EQ(Flags(s.Load()), State::kScheduled);
+  EXPECT_TRUE(s.TryBeginInspection());  // Queued but not running: allowed.
+  s.EndInspection();
+}
+
+TEST(StateTest, InspectionRefusedWhileRunningOrComplete) {
+  State s(State::kNewScheduled);
+  s.TransitionToRunning();
+  EXPECT_FALSE(s.TryBeginInspection());
+  s.TransitionToComplete();
+  EXPECT_FALSE(s.TryBeginInspection());
+}
+
+TEST(StateTest, RunnerWaitsForTheInspectionToEnd) {
+  State s(State::kNewScheduled);
+  ASSERT_TRUE(s.TryBeginInspection());
+  std::atomic<bool> running{false};
+  std::thread runner([&] {
+    s.TransitionToRunning();
+    running.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(running.load());
+  s.EndInspection();
+  runner.join();
+  EXPECT_TRUE(running.load());
+  EXPECT_EQ(Flags(s.Load()), State::kRunning);
 }
 
 TEST(StateDeathTest, DoubleReleaseAborts) {
@@ -252,6 +288,60 @@ TEST(TaskTest, ConcurrentWakesNeverOverlapAndNeverGetLost) {
   stop.store(true);
   runner.join();
   ex.RunAll();
+  EXPECT_EQ(Flags(t->state().Load()), 0u);
+  t->Unref();
+}
+
+TEST(TaskTest, InspectionsNeverOverlapPollsUnderConcurrentWakes) {
+  class Watched final : public Task {
+   public:
+    Watched() : Task(false) {}
+    bool Poll() override {
+      EXPECT_FALSE(inspecting.load());
+      EXPECT_FALSE(inside.exchange(true));
+      polls.fetch_add(1);
+      inside.store(false);
+      return false;
+    }
+    std::atomic<bool> inside{false};
+    std::atomic<bool> inspecting{false};
+    std::atomic<int> polls{0};
+  };
+  QueueExecutor ex;
+  auto* t = new Watched();
+  t->set_executor(&ex);
+  std::atomic<bool> stop{false};
+  std::atomic<int> inspections{0};
+  std::thread waker([&] {
+    for (int k = 0; k < 20000; ++k) t->Wake();
+  });
+  std::thread inspector([&] {
+    while (!stop.load()) {
+      if (!t->state().TryBeginInspection()) continue;
+      t->inspecting.store(true);
+      EXPECT_FALSE(t->inside.load());
+      t->inspecting.store(false);
+      t->state().EndInspection();
+      inspections.fetch_add(1);
+    }
+  });
+  std::thread runner([&] {
+    while (!stop.load()) {
+      if (Task* next = ex.Pop()) RunTask(next);
+    }
+  });
+  waker.join();
+  const int before = t->polls.load();
+  t->Wake();  // The last wake still leads to a poll.
+  for (int i = 0; i < 2000 && t->polls.load() == before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GT(t->polls.load(), before);
+  stop.store(true);
+  inspector.join();
+  runner.join();
+  ex.RunAll();
+  EXPECT_GT(inspections.load(), 0);
   EXPECT_EQ(Flags(t->state().Load()), 0u);
   t->Unref();
 }
