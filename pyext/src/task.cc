@@ -1,7 +1,9 @@
 #include "pyext/src/task.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <thread>
 #include <utility>
 
 #include "pyext/src/future.h"
@@ -688,6 +690,46 @@ PyObject* Task_set_name(PyObject* self, PyObject* value) {
   Py_RETURN_NONE;
 }
 
+// Calls read() while no worker steps the task: the frames of a coroutine
+// that another thread is executing are not safe to read in CPython (its
+// generator state has no lock). The caller's own task and a finished one
+// need no wait. Returns false without calling read() if the task stayed
+// busy on another worker throughout a short wait.
+template <typename Read>
+bool WhileNotStepped(PyObject* self, Read read) {
+  TaskObject* t = AsTask(self);
+  rt_task::State* held = nullptr;
+  if (self != CurrentTask() && t->unit != nullptr && !FutureIsDone(&t->base)) {
+    rt_task::State& state = t->unit->state();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    for (;;) {
+      if (state.TryBeginInspection()) {
+        held = &state;
+        break;
+      }
+      if (state.Load() & rt_task::State::kComplete) break;  // Finished meanwhile.
+      if (std::chrono::steady_clock::now() > give_up) return false;
+      // Detached while waiting: a stop-the-world pause must not wait on us.
+      Py_BEGIN_ALLOW_THREADS
+      std::this_thread::yield();
+      Py_END_ALLOW_THREADS
+    }
+  }
+  read();
+  if (held != nullptr) held->EndInspection();
+  return true;
+}
+
+// A worker that takes an inspected task off a queue waits here, detached,
+// so that a stop-the-world pause the inspecting thread joins meanwhile
+// (a collection, say) does not wait on the worker forever.
+void WaitOutInspection() {
+  PyThreadState* ts = PyThreadState_GetUnchecked();
+  if (ts != nullptr) PyEval_SaveThread();
+  std::this_thread::yield();
+  if (ts != nullptr) PyEval_RestoreThread(ts);
+}
+
 PyObject* Task_get_stack(PyObject* self, PyObject* args, PyObject* kwargs) {
   static const char* kwlist[] = {"limit", nullptr};
   PyObject* limit = Py_None;
@@ -695,7 +737,15 @@ PyObject* Task_get_stack(PyObject* self, PyObject* args, PyObject* kwargs) {
                                    const_cast<char**>(kwlist), &limit)) {
     return nullptr;
   }
-  return PyObject_CallFunctionObjArgs(task_get_stack, self, limit, nullptr);
+  // The task's frames are read while no worker steps it; a task busy on
+  // another worker throughout is reported with no frames.
+  PyObject* frames = nullptr;
+  if (!WhileNotStepped(self, [&] {
+        frames = PyObject_CallFunctionObjArgs(task_get_stack, self, limit, nullptr);
+      })) {
+    return PyList_New(0);
+  }
+  return frames;
 }
 
 PyObject* Task_print_stack(PyObject* self, PyObject* args, PyObject* kwargs) {
@@ -740,6 +790,21 @@ PyObject* Task_get_fut_waiter(PyObject* self, void*) {
 
 PyObject* Task_get_coro_attr(PyObject* self, void*) { return Task_get_coro(self, nullptr); }
 
+// _while_not_stepped(fn, busy): fn() while no worker steps the task, or
+// `busy` (fn not called) if it stayed busy on another worker.
+PyObject* Task_while_not_stepped(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "_while_not_stepped expected 2 arguments, got %zd",
+                 nargs);
+    return nullptr;
+  }
+  PyObject* result = nullptr;
+  if (!WhileNotStepped(self, [&] { result = PyObject_CallNoArgs(args[0]); })) {
+    return Py_NewRef(args[1]);
+  }
+  return result;
+}
+
 PyMethodDef task_methods[] = {
     {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_cancel)),
      METH_VARARGS | METH_KEYWORDS, "Request that the task be cancelled."},
@@ -759,6 +824,11 @@ PyMethodDef task_methods[] = {
     {"set_result", Task_set_result, METH_O, nullptr},
     {"set_exception", Task_set_exception, METH_O, nullptr},
     {"_wakeup", Task_wakeup, METH_O, "Done callback for foreign futures."},
+    {"_while_not_stepped",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_while_not_stepped)),
+     METH_FASTCALL,
+     "_while_not_stepped(fn, busy): fn() while no worker steps the task, or "
+     "`busy` if it stayed busy on another worker throughout a short wait."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -856,6 +926,7 @@ int RegisterTaskType(PyObject* module) {
   FutureHooks hooks = GetFutureHooks();
   hooks.wake_task = WakeTask;
   SetFutureHooks(hooks);
+  rt_task::State::SetInspectionWait(WaitOutInspection);
   if (PyModule_AddFunctions(module, module_functions) < 0) return -1;
   return PyModule_AddObjectRef(module, "Task", reinterpret_cast<PyObject*>(task_type));
 }
