@@ -56,6 +56,12 @@ from .tasks import (  # noqa: F401
 )
 from .timeouts import Timeout, timeout, timeout_at  # noqa: F401
 
+if hasattr(_stdlib, "capture_call_graph"):  # 3.14's call-graph introspection.
+    from .graph import (  # noqa: F401
+        capture_call_graph, format_call_graph, future_add_to_awaited_by,
+        future_discard_from_awaited_by, print_call_graph,
+    )
+
 __all__ = list(_stdlib.__all__)
 
 #: Which implementation backs this module.
@@ -84,9 +90,7 @@ def _not_yet(name):
 # out stdlib versions that assume one thread or a selector loop.
 for _name in ("open_connection", "start_server", "open_unix_connection",
               "start_unix_server", "create_subprocess_exec",
-              "create_subprocess_shell", "capture_call_graph",
-              "format_call_graph", "print_call_graph",
-              "future_add_to_awaited_by", "future_discard_from_awaited_by"):
+              "create_subprocess_shell"):
     if _name in _stdlib.__all__:
         globals()[_name] = _not_yet(_name)
 

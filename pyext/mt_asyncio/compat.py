@@ -13,6 +13,7 @@ explicitly keeps working.
 
 import asyncio
 import importlib
+import sys
 import threading
 
 from . import asyncio as _mt
@@ -35,6 +36,14 @@ _TARGETS = [
     ("asyncio.events", ("new_event_loop",)),
     ("asyncio.threads", ("to_thread",)),
 ]
+if sys.version_info >= (3, 14):
+    # Call-graph introspection: stdlib's versions refuse our futures.
+    _TARGETS += [
+        ("asyncio.graph", ("capture_call_graph", "format_call_graph",
+                           "print_call_graph")),
+        ("asyncio.futures", ("future_add_to_awaited_by",
+                             "future_discard_from_awaited_by")),
+    ]
 # The top-level package re-exports all of the above, plus these.
 _TOP_LEVEL_ONLY = ("Future", "Task", "EventLoop", "sleep")
 

@@ -11,7 +11,7 @@ waits, so a last task finishing on another worker is never missed.
 import threading
 from asyncio import events, exceptions
 
-from . import tasks
+from . import _core, tasks
 
 __all__ = ["TaskGroup"]
 
@@ -128,7 +128,10 @@ class TaskGroup:
         if self._aborting:
             coro.close()
             raise RuntimeError(f"TaskGroup {self!r} is shutting down")
-        task = self._loop.create_task(coro, name=name, context=context)
+        # The parent awaits its group's tasks (call-graph introspection),
+        # recorded before the task's first step, as on one thread.
+        task = _core._create_awaited_task(self._loop, self._parent_task, coro,
+                                          name, context)
         # In the set before its done callback can possibly run.
         with self._lock:
             self._tasks.add(task)
@@ -154,6 +157,7 @@ class TaskGroup:
     def _on_task_done(self, task):
         exc = None if task.cancelled() else task.exception()
         parent = self._parent_task
+        _core.future_discard_from_awaited_by(task, parent)
         live = []
         orphaned = False
         with self._lock:

@@ -130,6 +130,7 @@ async def wait(fs, *, timeout=None, return_when=ALL_COMPLETED):
 
 async def _wait(fs, timeout, return_when, loop):
     waiter = loop.create_future()
+    cur_task = current_task()
     lock = threading.Lock()
     state = {"left": len(fs)}
     timeout_handle = None
@@ -140,6 +141,7 @@ async def _wait(fs, timeout, return_when, loop):
         with lock:
             state["left"] -= 1
             left = state["left"]
+        _core.future_discard_from_awaited_by(f, cur_task)
         if (left <= 0 or return_when == FIRST_COMPLETED
                 or (return_when == FIRST_EXCEPTION and not f.cancelled()
                     and f.exception() is not None)):
@@ -147,6 +149,7 @@ async def _wait(fs, timeout, return_when, loop):
 
     for f in fs:
         f.add_done_callback(_on_completion)
+        _core.future_add_to_awaited_by(f, cur_task)
     try:
         await waiter
     finally:
@@ -154,6 +157,7 @@ async def _wait(fs, timeout, return_when, loop):
             timeout_handle.cancel()
         for f in fs:
             f.remove_done_callback(_on_completion)
+            _core.future_discard_from_awaited_by(f, cur_task)
     done, pending = set(), set()
     for f in fs:
         (done if f.done() else pending).add(f)
@@ -197,11 +201,28 @@ async def _cancel_and_wait(fut):
 
 def shield(arg):
     """Protect an awaitable from cancellation of the task awaiting it."""
-    inner = ensure_future(arg)
-    if inner.done():
+    # The task calling shield() awaits `inner` until inner is done
+    # (call-graph introspection). A task made here from a coroutine is
+    # recorded so before its first step, as it is on one thread.
+    loop = events._get_running_loop()
+    cur_task = current_task(loop) if loop is not None else None
+    if cur_task is not None and coroutines.iscoroutine(arg):
+        inner = _core._create_awaited_task(loop, cur_task, arg, None, None)
+    else:
+        inner = ensure_future(arg)
+        if inner.done():
+            return inner
+        loop = futures._get_loop(inner)
+        cur_task = current_task(loop) if loop is not None else None
+        if cur_task is not None:
+            _core.future_add_to_awaited_by(inner, cur_task)
+    if inner.done():  # An eager task that finished in its first step.
+        _core.future_discard_from_awaited_by(inner, cur_task)
         return inner
-    loop = futures._get_loop(inner)
     outer = loop.create_future()
+    if cur_task is not None:
+        inner.add_done_callback(
+            lambda inner: _core.future_discard_from_awaited_by(inner, cur_task))
 
     def _inner_done_callback(inner):
         if outer.cancelled():

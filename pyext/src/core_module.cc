@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "pyext/src/awaited_by.h"
 #include "pyext/src/barrier.h"
 #include "pyext/src/condition.h"
 #include "pyext/src/future.h"
@@ -213,7 +214,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       mt::pyext::RegisterLockTypes(m.ptr()) < 0 ||
       mt::pyext::RegisterQueueType(m.ptr()) < 0 ||
       mt::pyext::RegisterConditionType(m.ptr()) < 0 ||
-      mt::pyext::RegisterBarrierType(m.ptr()) < 0) {
+      mt::pyext::RegisterBarrierType(m.ptr()) < 0 ||
+      mt::pyext::RegisterAwaitedBy(m.ptr()) < 0) {
     throw py::error_already_set();
   }
 

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "pyext/src/awaited_by.h"
 #include "pyext/src/kwargs.h"
 
 namespace mt::pyext {
@@ -99,17 +100,6 @@ void AppendCallbackLocked(FutureObject* fut, const Callback& cb) {
   fut->more_callbacks->push_back(cb);
 }
 
-// Calls fn(cb) on each pending callback, in order. Caller holds the
-// critical section (or the world is stopped, for traverse).
-template <typename Fn>
-void ForEachCallback(const FutureObject* fut, Fn fn) {
-  if (fut->first_callback.fn == nullptr) return;
-  fn(fut->first_callback);
-  if (fut->more_callbacks != nullptr) {
-    for (const Callback& cb : *fut->more_callbacks) fn(cb);
-  }
-}
-
 // Takes the pending callbacks out of the future. Caller holds the critical
 // section.
 PendingCallbacks TakeCallbacksLocked(FutureObject* fut) {
@@ -184,6 +174,7 @@ int Future_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(fut->cancel_msg);
   Py_VISIT(fut->cancelled_exc);
   Py_VISIT(fut->dict);
+  Py_VISIT(fut->awaited_by);
   int r = 0;
   ForEachCallback(fut, [&](const Callback& cb) {
     if (r == 0 && cb.fn != nullptr) r = visit(cb.fn, arg);
@@ -202,6 +193,8 @@ int Future_clear(PyObject* self) {
   Py_CLEAR(fut->cancel_msg);
   Py_CLEAR(fut->cancelled_exc);
   Py_CLEAR(fut->dict);
+  Py_CLEAR(fut->awaited_by);
+  fut->awaited_by_is_set = false;
   PendingCallbacks cbs = TakeCallbacksLocked(fut);
   for (Callback& cb : cbs) {
     Py_DECREF(cb.fn);
@@ -610,6 +603,9 @@ PyObject* Future_get_loop_field(PyObject* self, void*) {
   return GetField(self, &FutureObject::loop);
 }
 PyObject* Future_get_source_traceback(PyObject*, void*) { Py_RETURN_NONE; }
+PyObject* Future_get_awaited_by(PyObject* self, void*) {
+  return AwaitedByGet(AsFuture(self));
+}
 
 // _callbacks: a list of (callback, context) like stdlib's, or None.
 PyObject* Future_get_callbacks(PyObject* self, void*) {
@@ -679,6 +675,7 @@ PyGetSetDef future_getset[] = {
     {"_loop", Future_get_loop_field, nullptr, nullptr, nullptr},
     {"_callbacks", Future_get_callbacks, nullptr, nullptr, nullptr},
     {"_source_traceback", Future_get_source_traceback, nullptr, nullptr, nullptr},
+    {"_asyncio_awaited_by", Future_get_awaited_by, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -1088,6 +1085,8 @@ PyObject* FutureMakeCancelledError(FutureObject* fut) {
 
 int RegisterFutureType(PyObject* module) {
   if (LoadAsyncioRefs() < 0) return -1;
+  // A task's waker names the task awaiting the future.
+  RegisterAwaitingTaskOf(WakeTaskCallback, [](PyObject* task) { return task; });
   future_iter_type = reinterpret_cast<PyTypeObject*>(
       PyType_FromModuleAndSpec(module, &future_iter_spec, nullptr));
   if (future_iter_type == nullptr) return -1;

@@ -45,6 +45,7 @@ struct FutureObject {
   std::atomic<FutureState> state;
   bool blocking;       // _asyncio_future_blocking
   bool log_traceback;  // An exception was set and nobody looked at it.
+  bool awaited_by_is_set;  // awaited_by is a set rather than one waiter.
   PyObject* loop;
   PyObject* result;
   PyObject* exception;
@@ -56,9 +57,24 @@ struct FutureObject {
   // allocation), the rest on the heap. first_callback.fn == nullptr: none.
   Callback first_callback;
   std::vector<Callback>* more_callbacks;
+  // Waiters recorded by future_add_to_awaited_by() (awaited_by.h): none,
+  // one (strong), or a set of them. Under the critical section.
+  PyObject* awaited_by;
   PyObject* weakreflist;
   PyObject* dict;  // Instance __dict__: subclasses and tests set attributes.
 };
+
+// Calls fn(cb) on each pending done callback of `fut`, in registration
+// order. Caller holds the critical section (or the world is stopped, for
+// traverse).
+template <typename Fn>
+void ForEachCallback(const FutureObject* fut, Fn fn) {
+  if (fut->first_callback.fn == nullptr) return;
+  fn(fut->first_callback);
+  if (fut->more_callbacks != nullptr) {
+    for (const Callback& cb : *fut->more_callbacks) fn(cb);
+  }
+}
 
 // How the loop takes over what a completed future must run. Installed by
 // the loop module; without them everything goes through loop.call_soon.

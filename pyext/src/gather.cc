@@ -7,8 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "pyext/src/awaited_by.h"
 #include "pyext/src/future.h"
 #include "pyext/src/loop.h"
+#include "pyext/src/task.h"
 
 namespace mt::pyext {
 namespace {
@@ -33,6 +35,9 @@ struct GatheringFutureObject {
   int cancels_in_flight;
   bool cancel_requested;  // Some child took a cancel() of ours.
   PyObject* deferred_last;  // The last child, if its decision was deferred.
+  // The task that called gather(), or nullptr: each child still pending
+  // is awaited by it (call-graph introspection, awaited_by.h).
+  PyObject* awaiting_task;
 };
 
 PyTypeObject* gathering_future_type = nullptr;
@@ -292,12 +297,14 @@ int Gathering_set_cancel_requested(PyObject* self, PyObject* value, void*) {
 int Gathering_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(AsGathering(self)->children);
   Py_VISIT(AsGathering(self)->deferred_last);
+  Py_VISIT(AsGathering(self)->awaiting_task);
   return FutureType()->tp_traverse(self, visit, arg);
 }
 
 int Gathering_clear(PyObject* self) {
   Py_CLEAR(AsGathering(self)->children);
   Py_CLEAR(AsGathering(self)->deferred_last);
+  Py_CLEAR(AsGathering(self)->awaiting_task);
   return FutureType()->tp_clear(self);
 }
 
@@ -306,6 +313,7 @@ void Gathering_dealloc(PyObject* self) {
   if (PyObject_CallFinalizerFromDealloc(self) < 0) return;
   Py_CLEAR(AsGathering(self)->children);
   Py_CLEAR(AsGathering(self)->deferred_last);
+  Py_CLEAR(AsGathering(self)->awaiting_task);
   PyObject_GC_Track(self);  // The base dealloc untracks again.
   FutureType()->tp_dealloc(self);
 }
@@ -607,6 +615,7 @@ PyObject* Module_gather(PyObject*, PyObject* const* args, Py_ssize_t nargsf,
   children = nullptr;
   g->remaining.store(static_cast<Py_ssize_t>(distinct.size()));
   g->return_exceptions = return_exceptions != 0;
+  g->awaiting_task = Py_XNewRef(CurrentTask());
   for (PyObject* child : distinct) {
     if (Attach(outer, child) < 0) {
       Py_DECREF(outer);
@@ -664,6 +673,9 @@ int RegisterGather(PyObject* module) {
       module, &gathering_spec, reinterpret_cast<PyObject*>(FutureType())));
   if (gathering_future_type == nullptr) return -1;
   if (PyModule_AddFunctions(module, module_functions) < 0) return -1;
+  // A gather() child's callback names the task that called gather().
+  RegisterAwaitingTaskOf(NativeChildDone,
+                         [](PyObject* outer) { return AsGathering(outer)->awaiting_task; });
   return PyModule_AddObjectRef(module, "_GatheringFuture",
                                reinterpret_cast<PyObject*>(gathering_future_type));
 }

@@ -437,3 +437,63 @@ def test_tasks_step_on_several_workers_at_once(loop):
     assert not sys._is_gil_enabled()
     per_worker = [w["units_run"] for w in mt_asyncio.runtime_info()["workers"]]
     assert sum(1 for n in per_worker if n > 0) >= 2
+
+
+@pytest.mark.skipif(sys.version_info < (3, 14), reason="call graphs are 3.14's API")
+def test_call_graphs_of_tasks_stepping_on_other_workers(loop):
+    # capture_call_graph() and get_stack() read another task's coroutine
+    # frames only while no worker steps it; here 12 tasks step nested
+    # coroutines on 4 workers while two readers take their graphs, stacks
+    # and text over and over. Nothing may crash or hang, every graph names
+    # its task, and once all is done no task is left awaited by anyone.
+    # (The readers stop first: stdlib's graph of a finished task has a
+    # frame of None, which its own formatting cannot print.)
+    stop = threading.Event()
+    stop_reading = threading.Event()
+
+    async def leaf(i):
+        await asyncio.sleep(0)
+        return i
+
+    async def middle(i):
+        total = 0
+        for k in range(3):
+            total += await leaf(k)
+        return total
+
+    async def stepper(i):
+        rounds = 0
+        while not stop.is_set():
+            await middle(i)
+            rounds += 1
+        return rounds
+
+    async def reader(tasks, seed):
+        reads = busy = 0
+        k = seed
+        while not stop_reading.is_set():
+            t = tasks[k % len(tasks)]
+            k += 7
+            graph = asyncio.capture_call_graph(t)
+            assert graph.future is t
+            busy += not graph.call_stack
+            assert isinstance(t.get_stack(), list)
+            assert asyncio.format_call_graph(t).startswith("* Task(name=")
+            reads += 1
+            await asyncio.sleep(0)
+        return reads, busy
+
+    async def main():
+        tasks = [asyncio.create_task(stepper(i)) for i in range(12)]
+        readers = [asyncio.create_task(reader(tasks, s)) for s in range(2)]
+        await asyncio.sleep(1.0)
+        stop_reading.set()
+        results = await asyncio.gather(*readers)
+        stop.set()
+        rounds = await asyncio.gather(*tasks)
+        return tasks, rounds, results
+
+    tasks, rounds, results = run(loop, main(), timeout=30)
+    assert all(r > 0 for r in rounds)
+    assert sum(reads for reads, _ in results) > 100
+    assert all(t._asyncio_awaited_by is None for t in tasks)

@@ -16,6 +16,7 @@ import scenarios_core  # noqa: E402,F401
 import scenarios_eager  # noqa: E402,F401
 import scenarios_errors  # noqa: E402,F401
 import scenarios_futures  # noqa: E402,F401
+import scenarios_graph  # noqa: E402,F401
 import scenarios_groups  # noqa: E402,F401
 import scenarios_locks  # noqa: E402,F401
 import scenarios_more  # noqa: E402,F401

@@ -1,0 +1,220 @@
+#include "pyext/src/awaited_by.h"
+
+#include <array>
+
+#include "absl/container/inlined_vector.h"
+#include "pyext/src/loop.h"
+
+namespace mt::pyext {
+namespace {
+
+struct NativeAwaiting {
+  NativeCallback native = nullptr;
+  AwaitingTaskOf resolve = nullptr;
+};
+// Filled at module setup, read-only afterwards: the task waker and
+// gather()'s child callback.
+std::array<NativeAwaiting, 4> native_awaiting;
+
+// Stdlib's future_add_to_awaited_by / future_discard_from_awaited_by, for
+// pairs that are not both ours (stdlib ignores pairs that are not both its
+// own); nullptr where the interpreter's asyncio has none (before 3.14).
+PyObject* add_fallback = nullptr;
+PyObject* discard_fallback = nullptr;
+
+PyObject* str_create_task = nullptr;
+PyObject* kwnames_name_context = nullptr;  // ("name", "context")
+
+AwaitingTaskOf ResolverFor(NativeCallback native) {
+  for (const NativeAwaiting& entry : native_awaiting) {
+    if (entry.native == native) return entry.resolve;
+  }
+  return nullptr;
+}
+
+bool IsOurs(PyObject* o) { return PyObject_TypeCheck(o, FutureType()); }
+
+// Both keep stdlib's representation and its edge cases: one waiter is
+// held as itself, a second turns the entry into a set (even when it is
+// the same waiter again), and a set stays a set when emptied (so
+// `_asyncio_awaited_by` is then frozenset(), not None). The caller holds
+// fut's critical section and a reference to `waiter`, so dropping ours
+// cannot finalize anything under the lock.
+int AddLocked(FutureObject* fut, PyObject* waiter) {
+  if (fut->awaited_by == nullptr) {
+    fut->awaited_by = Py_NewRef(waiter);
+    return 0;
+  }
+  if (fut->awaited_by_is_set) return PySet_Add(fut->awaited_by, waiter);
+  PyObject* set = PySet_New(nullptr);
+  if (set == nullptr) return -1;
+  if (PySet_Add(set, fut->awaited_by) < 0 || PySet_Add(set, waiter) < 0) {
+    Py_DECREF(set);
+    return -1;
+  }
+  Py_SETREF(fut->awaited_by, set);
+  fut->awaited_by_is_set = true;
+  return 0;
+}
+
+int DiscardLocked(FutureObject* fut, PyObject* waiter) {
+  if (fut->awaited_by == nullptr) return 0;
+  if (fut->awaited_by == waiter) {
+    Py_CLEAR(fut->awaited_by);
+    return 0;
+  }
+  if (fut->awaited_by_is_set) return PySet_Discard(fut->awaited_by, waiter) < 0 ? -1 : 0;
+  return 0;
+}
+
+bool CheckTwoArguments(const char* name, Py_ssize_t nargs) {
+  if (nargs == 2) return true;
+  PyErr_Format(PyExc_TypeError, "%s expected 2 arguments, got %zd", name, nargs);
+  return false;
+}
+
+PyObject* CallFallback(PyObject* fallback, PyObject* const* args) {
+  if (fallback == nullptr) Py_RETURN_NONE;
+  return PyObject_Vectorcall(fallback, args, 2, nullptr);
+}
+
+PyObject* Module_future_add_to_awaited_by(PyObject*, PyObject* const* args,
+                                          Py_ssize_t nargs) {
+  if (!CheckTwoArguments("future_add_to_awaited_by", nargs)) return nullptr;
+  if (!IsOurs(args[0]) || !IsOurs(args[1])) return CallFallback(add_fallback, args);
+  int rc;
+  Py_BEGIN_CRITICAL_SECTION(args[0]);
+  rc = AddLocked(reinterpret_cast<FutureObject*>(args[0]), args[1]);
+  Py_END_CRITICAL_SECTION();
+  if (rc < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* Module_future_discard_from_awaited_by(PyObject*, PyObject* const* args,
+                                                Py_ssize_t nargs) {
+  if (!CheckTwoArguments("future_discard_from_awaited_by", nargs)) return nullptr;
+  if (!IsOurs(args[0]) || !IsOurs(args[1])) return CallFallback(discard_fallback, args);
+  int rc;
+  Py_BEGIN_CRITICAL_SECTION(args[0]);
+  rc = DiscardLocked(reinterpret_cast<FutureObject*>(args[0]), args[1]);
+  Py_END_CRITICAL_SECTION();
+  if (rc < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+// _create_awaited_task(loop, parent, coro, name, context): what
+// TaskGroup.create_task() and shield() do, loop.create_task(coro,
+// name=name, context=context) and then future_add_to_awaited_by(task,
+// parent), with the new task's first step held until both are done. On
+// one thread stdlib's task cannot run before the entry is there; a worker
+// of ours could, and the task would not see its parent when it looks.
+PyObject* Module_create_awaited_task(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_Format(PyExc_TypeError, "_create_awaited_task expected 5 arguments, got %zd",
+                 nargs);
+    return nullptr;
+  }
+  PyObject* parent = args[1];
+  PyObject* task;
+  {
+    HeldFirstSteps held_first_steps;  // Released at the end of this block.
+    PyObject* call_args[] = {args[0], args[2], args[3], args[4]};
+    task = PyObject_VectorcallMethod(str_create_task, call_args, 2, kwnames_name_context);
+    if (task == nullptr) return nullptr;
+    PyObject* pair[] = {task, parent};
+    PyObject* r = Module_future_add_to_awaited_by(nullptr, pair, 2);
+    if (r == nullptr) {
+      Py_DECREF(task);
+      return nullptr;
+    }
+    Py_DECREF(r);
+  }
+  return task;
+}
+
+PyObject* Module_set_awaited_by_fallbacks(PyObject*, PyObject* args) {
+  PyObject* add;
+  PyObject* discard;
+  if (!PyArg_ParseTuple(args, "OO:_set_awaited_by_fallbacks", &add, &discard)) {
+    return nullptr;
+  }
+  Py_XSETREF(add_fallback, Py_NewRef(add));
+  Py_XSETREF(discard_fallback, Py_NewRef(discard));
+  Py_RETURN_NONE;
+}
+
+PyMethodDef module_functions[] = {
+    {"future_add_to_awaited_by",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(Module_future_add_to_awaited_by)),
+     METH_FASTCALL, "Record that `fut` is awaited on by `waiter`."},
+    {"future_discard_from_awaited_by",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(Module_future_discard_from_awaited_by)),
+     METH_FASTCALL, "Record that `fut` is no longer awaited on by `waiter`."},
+    {"_create_awaited_task",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Module_create_awaited_task)),
+     METH_FASTCALL,
+     "_create_awaited_task(loop, parent, coro, name, context): loop.create_task(coro, "
+     "name=name, context=context) recorded as awaited by `parent` before its first step."},
+    {"_set_awaited_by_fallbacks", Module_set_awaited_by_fallbacks, METH_VARARGS,
+     "The add/discard functions used when either argument is not ours."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+void RegisterAwaitingTaskOf(NativeCallback native, AwaitingTaskOf resolve) {
+  for (NativeAwaiting& entry : native_awaiting) {
+    if (entry.native == nullptr || entry.native == native) {
+      entry = NativeAwaiting{native, resolve};
+      return;
+    }
+  }
+  Py_FatalError("mt_asyncio: too many native callback kinds for awaited_by");
+}
+
+PyObject* AwaitedByGet(FutureObject* fut) {
+  // Strong references taken under the lock; the set is built after it,
+  // since building it hashes (and a subclass's __hash__ is Python code).
+  absl::InlinedVector<PyObject*, 4> waiters;
+  PyObject* recorded_set = nullptr;
+  Py_BEGIN_CRITICAL_SECTION(fut);
+  if (fut->awaited_by != nullptr) {
+    if (fut->awaited_by_is_set) {
+      recorded_set = Py_NewRef(fut->awaited_by);
+    } else {
+      waiters.push_back(Py_NewRef(fut->awaited_by));
+    }
+  }
+  ForEachCallback(fut, [&](const Callback& cb) {
+    if (cb.native == nullptr) return;
+    AwaitingTaskOf resolve = ResolverFor(cb.native);
+    PyObject* task = resolve != nullptr ? resolve(cb.fn) : nullptr;
+    if (task != nullptr) waiters.push_back(Py_NewRef(task));
+  });
+  Py_END_CRITICAL_SECTION();
+
+  PyObject* result = nullptr;
+  if (recorded_set != nullptr || !waiters.empty()) {
+    // A new frozenset may be filled with PySet_Add until it is shared.
+    result = PyFrozenSet_New(recorded_set);
+    for (PyObject* waiter : waiters) {
+      if (result != nullptr && PySet_Add(result, waiter) < 0) Py_CLEAR(result);
+    }
+  } else {
+    result = Py_NewRef(Py_None);
+  }
+  Py_XDECREF(recorded_set);
+  for (PyObject* waiter : waiters) Py_DECREF(waiter);
+  return result;
+}
+
+int RegisterAwaitedBy(PyObject* module) {
+  str_create_task = PyUnicode_InternFromString("create_task");
+  kwnames_name_context = Py_BuildValue("(ss)", "name", "context");
+  if (str_create_task == nullptr || kwnames_name_context == nullptr) return -1;
+  return PyModule_AddFunctions(module, module_functions);
+}
+
+}  // namespace mt::pyext
