@@ -69,3 +69,29 @@ def test_stdlib_loop_still_works_while_installed():
         assert loop.run_until_complete(f()) == "stdlib loop"
     finally:
         loop.close()
+
+
+@pytest.mark.skipif(not hasattr(asyncio, "capture_call_graph"),
+                    reason="call graphs are 3.14's API")
+def test_call_graph_functions_rebound_and_used_by_library_code():
+    import asyncio.futures
+    import asyncio.graph
+
+    original = asyncio.graph.capture_call_graph
+    compat.install()
+    assert asyncio.capture_call_graph is mt_aio.capture_call_graph
+    assert asyncio.graph.format_call_graph is mt_aio.format_call_graph
+    assert asyncio.futures.future_add_to_awaited_by is mt_aio.future_add_to_awaited_by
+
+    async def library_code():  # Written against plain asyncio.
+        async def child():
+            return asyncio.capture_call_graph()
+
+        async with asyncio.TaskGroup() as tg:
+            t = tg.create_task(child())
+        return asyncio.current_task(), t.result()
+
+    parent, graph = asyncio.run(library_code())
+    assert [g.future for g in graph.awaited_by] == [parent]
+    compat.uninstall()
+    assert asyncio.graph.capture_call_graph is original
