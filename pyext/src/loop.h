@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "runtime/task/task.h"
 
 namespace mt::pyext {
@@ -62,7 +63,9 @@ class HeldFirstSteps {
     PyObject* task;
     runtime::task::Task* unit;  // Borrowed: the task holds it.
   };
-  std::vector<Held> held_;
+  // Inline room for the one task TaskGroup.create_task() and shield()
+  // hold; gather() holds as many as it has children.
+  absl::InlinedVector<Held, 2> held_;
   HeldFirstSteps* outer_;
 };
 
