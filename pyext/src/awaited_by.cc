@@ -67,39 +67,36 @@ int DiscardLocked(FutureObject* fut, PyObject* waiter) {
   return 0;
 }
 
-bool CheckTwoArguments(const char* name, Py_ssize_t nargs) {
-  if (nargs == 2) return true;
-  PyErr_Format(PyExc_TypeError, "%s expected 2 arguments, got %zd", name, nargs);
-  return false;
-}
-
-PyObject* CallFallback(PyObject* fallback, PyObject* const* args) {
-  if (fallback == nullptr) Py_RETURN_NONE;
-  return PyObject_Vectorcall(fallback, args, 2, nullptr);
+// future_add_to_awaited_by / future_discard_from_awaited_by: `op` on two
+// futures of ours, under the first one's critical section; `fallback`
+// (stdlib's function, if any) for any other pair.
+PyObject* ApplyToPair(const char* name, int (*op)(FutureObject*, PyObject*),
+                      PyObject* fallback, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "%s expected 2 arguments, got %zd", name, nargs);
+    return nullptr;
+  }
+  if (!IsOurs(args[0]) || !IsOurs(args[1])) {
+    if (fallback == nullptr) Py_RETURN_NONE;
+    return PyObject_Vectorcall(fallback, args, 2, nullptr);
+  }
+  int rc;
+  Py_BEGIN_CRITICAL_SECTION(args[0]);
+  rc = op(reinterpret_cast<FutureObject*>(args[0]), args[1]);
+  Py_END_CRITICAL_SECTION();
+  if (rc < 0) return nullptr;
+  Py_RETURN_NONE;
 }
 
 PyObject* Module_future_add_to_awaited_by(PyObject*, PyObject* const* args,
                                           Py_ssize_t nargs) {
-  if (!CheckTwoArguments("future_add_to_awaited_by", nargs)) return nullptr;
-  if (!IsOurs(args[0]) || !IsOurs(args[1])) return CallFallback(add_fallback, args);
-  int rc;
-  Py_BEGIN_CRITICAL_SECTION(args[0]);
-  rc = AddLocked(reinterpret_cast<FutureObject*>(args[0]), args[1]);
-  Py_END_CRITICAL_SECTION();
-  if (rc < 0) return nullptr;
-  Py_RETURN_NONE;
+  return ApplyToPair("future_add_to_awaited_by", AddLocked, add_fallback, args, nargs);
 }
 
 PyObject* Module_future_discard_from_awaited_by(PyObject*, PyObject* const* args,
                                                 Py_ssize_t nargs) {
-  if (!CheckTwoArguments("future_discard_from_awaited_by", nargs)) return nullptr;
-  if (!IsOurs(args[0]) || !IsOurs(args[1])) return CallFallback(discard_fallback, args);
-  int rc;
-  Py_BEGIN_CRITICAL_SECTION(args[0]);
-  rc = DiscardLocked(reinterpret_cast<FutureObject*>(args[0]), args[1]);
-  Py_END_CRITICAL_SECTION();
-  if (rc < 0) return nullptr;
-  Py_RETURN_NONE;
+  return ApplyToPair("future_discard_from_awaited_by", DiscardLocked, discard_fallback,
+                     args, nargs);
 }
 
 // _create_awaited_task(loop, parent, coro, name, context): what

@@ -249,21 +249,36 @@ TEST(TaskTest, FnTaskCancelledDropsClosureUnrun) {
 
 // Many threads wake one task that re-arms itself: it must never be polled
 // by two threads at once, and the last wake must always be honoured.
+// Counts polls and checks that none overlaps another poll or an
+// inspection (set `inspecting` around one).
+class ExclusivePolls final : public Task {
+ public:
+  ExclusivePolls() : Task(false) {}
+  bool Poll() override {
+    EXPECT_FALSE(inspecting.load());
+    EXPECT_FALSE(inside.exchange(true));
+    polls.fetch_add(1);
+    inside.store(false);
+    return false;
+  }
+  std::atomic<bool> inside{false};
+  std::atomic<bool> inspecting{false};
+  std::atomic<int> polls{0};
+};
+
+// A wake after all the others must still lead to one more poll.
+void ExpectLastWakePolls(ExclusivePolls* t) {
+  const int before = t->polls.load();
+  t->Wake();
+  for (int i = 0; i < 2000 && t->polls.load() == before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GT(t->polls.load(), before);
+}
+
 TEST(TaskTest, ConcurrentWakesNeverOverlapAndNeverGetLost) {
-  class Guarded final : public Task {
-   public:
-    Guarded() : Task(false) {}
-    bool Poll() override {
-      EXPECT_FALSE(inside.exchange(true));
-      polls.fetch_add(1);
-      inside.store(false);
-      return false;
-    }
-    std::atomic<bool> inside{false};
-    std::atomic<int> polls{0};
-  };
   QueueExecutor ex;
-  auto* t = new Guarded();
+  auto* t = new ExclusivePolls();
   t->set_executor(&ex);
   std::atomic<bool> stop{false};
   std::vector<std::thread> wakers;
@@ -278,13 +293,7 @@ TEST(TaskTest, ConcurrentWakesNeverOverlapAndNeverGetLost) {
     }
   });
   for (auto& w : wakers) w.join();
-  // A final wake after all others: it must lead to one more poll.
-  const int before = t->polls.load();
-  t->Wake();
-  for (int i = 0; i < 2000 && t->polls.load() == before; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_GT(t->polls.load(), before);
+  ExpectLastWakePolls(t);
   stop.store(true);
   runner.join();
   ex.RunAll();
@@ -293,22 +302,8 @@ TEST(TaskTest, ConcurrentWakesNeverOverlapAndNeverGetLost) {
 }
 
 TEST(TaskTest, InspectionsNeverOverlapPollsUnderConcurrentWakes) {
-  class Watched final : public Task {
-   public:
-    Watched() : Task(false) {}
-    bool Poll() override {
-      EXPECT_FALSE(inspecting.load());
-      EXPECT_FALSE(inside.exchange(true));
-      polls.fetch_add(1);
-      inside.store(false);
-      return false;
-    }
-    std::atomic<bool> inside{false};
-    std::atomic<bool> inspecting{false};
-    std::atomic<int> polls{0};
-  };
   QueueExecutor ex;
-  auto* t = new Watched();
+  auto* t = new ExclusivePolls();
   t->set_executor(&ex);
   std::atomic<bool> stop{false};
   std::atomic<int> inspections{0};
@@ -331,12 +326,7 @@ TEST(TaskTest, InspectionsNeverOverlapPollsUnderConcurrentWakes) {
     }
   });
   waker.join();
-  const int before = t->polls.load();
-  t->Wake();  // The last wake still leads to a poll.
-  for (int i = 0; i < 2000 && t->polls.load() == before; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_GT(t->polls.load(), before);
+  ExpectLastWakePolls(t);
   stop.store(true);
   inspector.join();
   runner.join();

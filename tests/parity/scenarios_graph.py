@@ -50,6 +50,28 @@ async def _wait_until(aio, predicate):
     return False
 
 
+def _held_until_observed(aio, names, ready):
+    """Starts a task per name that waits for a release, and an observer
+    task that waits (bounded) until `ready(tasks)`, then returns
+    [whether it got ready, the description of each task's graph] and
+    releases them. Returns (tasks, observer)."""
+    release = aio.Event()
+
+    async def held(name):
+        await release.wait()
+        return name
+
+    tasks = [aio.create_task(held(name), name=name) for name in names]
+
+    async def observer():
+        seen = await _wait_until(aio, lambda: ready(tasks))
+        graphs = [_describe(aio.capture_call_graph(t)) for t in tasks]
+        release.set()
+        return [seen, graphs]
+
+    return tasks, aio.create_task(observer(), name="observer")
+
+
 async def _capture(aio, **kwargs):
     return aio.capture_call_graph(**kwargs)
 
@@ -119,21 +141,8 @@ async def graph_shielded_task_awaited_by_caller(aio):
 @since(3, 14)
 async def graph_task_awaiting_a_task_is_listed(aio):
     aio.current_task().set_name("outer")
-    release = aio.Event()
-
-    async def held():
-        await release.wait()
-        return "held"
-
-    inner = aio.create_task(held(), name="inner")
-
-    async def observer():
-        seen = await _wait_until(aio, lambda: inner._asyncio_awaited_by)
-        graph = aio.capture_call_graph(inner)
-        release.set()
-        return [seen, _describe(graph)]
-
-    watch = aio.create_task(observer(), name="observer")
+    (inner,), watch = _held_until_observed(
+        aio, ["inner"], lambda tasks: tasks[0]._asyncio_awaited_by)
     result = await inner
     return [result, await watch, inner._asyncio_awaited_by]
 
@@ -166,21 +175,8 @@ async def graph_plain_future_awaited_by_tasks(aio):
 @since(3, 14)
 async def graph_wait_records_the_waiting_task(aio):
     aio.current_task().set_name("waiting")
-    release = aio.Event()
-
-    async def held():
-        await release.wait()
-
-    tasks = [aio.create_task(held(), name=f"t{i}") for i in range(2)]
-
-    async def observer():
-        seen = await _wait_until(
-            aio, lambda: all(t._asyncio_awaited_by for t in tasks))
-        graphs = [_describe(aio.capture_call_graph(t)) for t in tasks]
-        release.set()
-        return [seen, graphs]
-
-    watch = aio.create_task(observer(), name="observer")
+    tasks, watch = _held_until_observed(
+        aio, ["t0", "t1"], lambda tasks: all(t._asyncio_awaited_by for t in tasks))
     done, pending = await aio.wait(tasks)
     return [len(done), len(pending), await watch,
             [t._asyncio_awaited_by for t in tasks]]
