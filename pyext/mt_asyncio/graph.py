@@ -107,9 +107,10 @@ def capture_call_graph(future=None, /, *, depth=1, limit=None):
 
     Returns a FutureCallGraph (None if there is no current task and no
     future was given). For the current task, `depth` frames are skipped
-    from the top of the stack; `limit` keeps at most |limit| entries of
-    every call stack (the nearest ones if positive, the outermost if
-    negative, none if 0).
+    from the top of the stack. `limit` keeps at most |limit| entries of
+    every call stack: the outermost ones if positive, the innermost if
+    negative, none if 0 (what stdlib does; its docstring says the
+    opposite).
     """
     FutureCallGraph, FrameCallGraphEntry = _graph_classes()
     loop = _stdlib_asyncio._get_running_loop()
@@ -128,6 +129,7 @@ def capture_call_graph(future=None, /, *, depth=1, limit=None):
 
     frames = []
     frame = sys._getframe(depth) if limit != 0 else None
+    caller = None
     try:
         # From the caller outwards, through plain calls and coroutines,
         # down to the coroutine the task steps: the first coroutine frame
@@ -141,7 +143,7 @@ def capture_call_graph(future=None, /, *, depth=1, limit=None):
                 break
             frame = caller
     finally:
-        del frame
+        del frame, caller  # No frame of ours kept alive by a cycle.
     # `frames` is innermost first here.
     frames.reverse()
     frames = _outermost_first(frames, limit)
