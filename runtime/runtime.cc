@@ -287,6 +287,7 @@ void Runtime::SampleWorkers(std::vector<WorkerSample>& samples) {
           .count();
   const std::size_t n = scheduler_.slot_count();
   if (samples.size() < n) samples.resize(n);
+  bool held_since_last_sample = false;
   for (std::size_t i = 0; i < n; ++i) {
     metrics::WorkerMetrics* m = scheduler_.MutableWorkerMetrics(i);
     if (m == nullptr) continue;
@@ -303,6 +304,7 @@ void Runtime::SampleWorkers(std::vector<WorkerSample>& samples) {
       m->current_since_ns.store(now, std::memory_order_release);
       continue;
     }
+    held_since_last_sample = true;
     if (threshold_ns <= 0 || s.reported || now - s.first_seen_ns < threshold_ns) {
       continue;
     }
@@ -321,6 +323,24 @@ void Runtime::SampleWorkers(std::vector<WorkerSample>& samples) {
       });
     }
   }
+  if (held_since_last_sample) KeepReactorDriven();
+}
+
+// Workers drive the reactor only when they park: the first to park takes
+// it, the others sleep on condition variables. A worker that leaves the
+// reactor to run units and then stays in one (a coroutine calling
+// time.sleep, a long computation) leaves timers and I/O undriven while the
+// others sleep. So when a unit has held a worker since the last sample and
+// timers or registrations are pending with nobody in the reactor, wake a
+// sleeper: it finds nothing to run, parks again, and takes the reactor.
+// Checked here rather than on every wake so that the hot paths pay
+// nothing; a timer is then at most one sampling interval late.
+void Runtime::KeepReactorDriven() {
+  if (driver_ == nullptr || !shared_driver_.workers_drive) return;
+  if (driver_->timers().pending() == 0 && driver_->io().registered() == 0) return;
+  if (!shared_driver_.lock.try_lock()) return;  // Somebody drives it.
+  shared_driver_.lock.unlock();
+  scheduler_.WakeOneParked();
 }
 
 absl::Status Runtime::ResizeWorkers(std::size_t workers) {

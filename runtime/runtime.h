@@ -90,6 +90,7 @@ class Runtime final : public admin::AdminApi {
     bool reported = false;
   };
   void SampleWorkers(std::vector<WorkerSample>& samples);
+  void KeepReactorDriven();
   void RunShutdown(std::chrono::milliseconds grace);
   // Waits until no tracked task is in flight and the blocking pool is
   // idle, or until `deadline`. Returns true if everything finished.

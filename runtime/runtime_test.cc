@@ -247,6 +247,53 @@ TEST(RuntimeTest, StallDetectorReportsLongUnitOnce) {
   EXPECT_EQ(snap.stalls_detected, 1u);
 }
 
+// Workers drive timers only when they park. A unit that the reactor's
+// worker wakes from a timer runs on that worker, which so leaves the
+// reactor; if it then arms another timer and blocks its thread while the
+// other worker sleeps on its condition variable, nobody drives the second
+// timer until the block ends — unless the supervisor wakes the sleeper to
+// take the reactor over (which it must, within a few sampling intervals).
+TEST(RuntimeTest, TimersFireWhileTheReactorsWorkerIsBlockedInAUnit) {
+  Runtime rt(TestConfig(2));
+  ASSERT_TRUE(rt.Start().ok());
+  for (int round = 0; round < 5; ++round) {
+    ASSERT_TRUE(Eventually([&] { return rt.scheduler().num_parked() == 2; }));
+    time::TimerEntry first, second;
+    std::atomic<bool> fired{false};
+    std::atomic<int> polls{0};
+    Notification release;
+    Notification blocking;
+    auto* sleeper = new LambdaTask(
+        [&](LambdaTask*) {
+          fired.store(true);
+          return true;
+        },
+        /*scheduled=*/false);
+    sleeper->set_executor(&rt.scheduler());
+    ASSERT_TRUE(rt.Spawn(new LambdaTask([&](LambdaTask* self) {
+                  if (polls.fetch_add(1) == 0) {
+                    // Woken later by the reactor's worker, on that worker.
+                    rt.driver().timers().Arm(
+                        &first, std::chrono::steady_clock::now() + milliseconds(20), self);
+                    return false;
+                  }
+                  rt.driver().timers().Arm(
+                      &second, std::chrono::steady_clock::now() + milliseconds(5), sleeper);
+                  blocking.Notify();
+                  release.WaitFor(milliseconds(5000));  // Blocks its worker.
+                  return true;
+                })).ok());
+    ASSERT_TRUE(blocking.WaitFor(milliseconds(5000)));
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(Eventually([&] { return fired.load(); }));
+    const auto waited = std::chrono::steady_clock::now() - start;
+    release.Notify();
+    EXPECT_LT(waited, milliseconds(1000)) << "round " << round;
+    sleeper->Unref();
+  }
+  rt.Shutdown();
+}
+
 TEST(RuntimeTest, SnapshotReportsEveryPart) {
   Runtime rt(TestConfig(2));
   ASSERT_TRUE(rt.Start().ok());

@@ -84,6 +84,10 @@ class Scheduler final : public task::Executor {
   int CurrentWorkerIndex() const;
   // Wakes every parked worker (shutdown, tests).
   void UnparkAll();
+  // Wakes one parked worker, searching limits aside; false if none sleeps.
+  // The supervisor uses it to get the reactor driven again (a worker that
+  // parks takes the reactor when nobody holds it).
+  bool WakeOneParked() { return NotifyParked(/*unthrottled=*/true); }
 
   // Metrics. Every read is a relaxed load; nothing waits for a worker.
   std::size_t target_workers() const {
