@@ -9,8 +9,9 @@ losing a race to a concurrent cancel.
 """
 
 import asyncio as _stdlib_asyncio
+import reprlib
 import threading
-from asyncio import coroutines, events, exceptions, futures
+from asyncio import base_futures, coroutines, events, exceptions, futures
 
 from . import _core
 
@@ -101,6 +102,30 @@ eager_task_factory = create_eager_task_factory(Task)
 # gather() is C++ (pyext/src/gather.cc): its children report through a
 # native done callback that tolerates finishing on several workers at once,
 # with no Python frame or loop round trip per child.
+@reprlib.recursive_repr()
+def _running_task_repr(task):
+    """repr() of a task that another worker is stepping right now: stdlib's
+    form, with the coroutine shown as "name() running" and no "at
+    file:line" (its frame cannot be read while another thread executes
+    it; see Task._while_not_stepped)."""
+    info = base_futures._future_repr_info(task)
+    if task.cancelling() and not task.done():
+        info[0] = "cancelling"
+    info.insert(1, f"name={task.get_name()!r}")
+    fut_waiter = task._fut_waiter
+    if fut_waiter is not None:
+        info.insert(2, f"wait_for={fut_waiter!r}")
+    coro = task._coro
+    if coro:
+        name = (getattr(coro, "__qualname__", None) or getattr(coro, "__name__", None)
+                or f"<{type(coro).__name__} without __name__>")
+        info.insert(2, f"coro=<{name}() running>")
+    return f"<{type(task).__name__} {' '.join(info)}>"
+
+
+_core._set_running_task_repr(_running_task_repr)
+
+
 _GatheringFuture = _core._GatheringFuture
 gather = _core.gather
 

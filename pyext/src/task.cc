@@ -45,6 +45,9 @@ PyObject* enter_task = nullptr;  // _asyncio._enter_task
 PyObject* leave_task = nullptr;  // _asyncio._leave_task
 PyObject* swap_current_task = nullptr;  // _asyncio._swap_current_task
 PyObject* task_repr = nullptr;   // asyncio.base_tasks._task_repr
+// mt_asyncio.tasks._running_task_repr: the repr of a task that another
+// worker is stepping, without reading its frames.
+PyObject* running_task_repr = nullptr;
 PyObject* task_get_stack = nullptr;
 PyObject* task_print_stack = nullptr;
 PyObject* get_event_loop = nullptr;
@@ -690,25 +693,33 @@ PyObject* Task_set_name(PyObject* self, PyObject* value) {
   Py_RETURN_NONE;
 }
 
+// How long a reader of a task's frames waits for a step on another worker
+// to end before it reports the task without them: long enough to outlast a
+// worker preempted mid-step on a loaded machine (a task about to suspend),
+// short enough for a debugging call to wait out. repr() barely waits: it
+// has a form that needs no frame.
+constexpr std::chrono::milliseconds kPatienceForStack{250};
+constexpr std::chrono::milliseconds kPatienceForRepr{1};
+
 // Calls read() while no worker steps the task: the frames of a coroutine
 // that another thread is executing are not safe to read in CPython (its
 // generator state has no lock). The caller's own task and a finished one
 // need no wait. Returns false without calling read() if the task stayed
-// busy on another worker throughout a short wait.
+// busy on another worker for `patience`.
 template <typename Read>
-bool WhileNotStepped(PyObject* self, Read read) {
+bool WhileNotStepped(PyObject* self, std::chrono::milliseconds patience, Read read) {
   TaskObject* t = AsTask(self);
   rt_task::State* held = nullptr;
   if (self != CurrentTask() && t->unit != nullptr && !FutureIsDone(&t->base)) {
     rt_task::State& state = t->unit->state();
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    const auto give_up = std::chrono::steady_clock::now() + patience;
     for (;;) {
       if (state.TryBeginInspection()) {
         held = &state;
         break;
       }
       if (state.Load() & rt_task::State::kComplete) break;  // Finished meanwhile.
-      if (std::chrono::steady_clock::now() > give_up) return false;
+      if (std::chrono::steady_clock::now() >= give_up) return false;
       // Detached while waiting: a stop-the-world pause must not wait on us.
       Py_BEGIN_ALLOW_THREADS
       std::this_thread::yield();
@@ -740,7 +751,7 @@ PyObject* Task_get_stack(PyObject* self, PyObject* args, PyObject* kwargs) {
   // The task's frames are read while no worker steps it; a task busy on
   // another worker throughout is reported with no frames.
   PyObject* frames = nullptr;
-  if (!WhileNotStepped(self, [&] {
+  if (!WhileNotStepped(self, kPatienceForStack, [&] {
         frames = PyObject_CallFunctionObjArgs(task_get_stack, self, limit, nullptr);
       })) {
     return PyList_New(0);
@@ -770,7 +781,20 @@ PyObject* Task_set_exception(PyObject*, PyObject*) {
   return nullptr;
 }
 
-PyObject* Task_repr(PyObject* self) { return PyObject_CallOneArg(task_repr, self); }
+// stdlib's repr reads the coroutine's frame (for "running at file:line"),
+// so it runs while no worker steps the task; a task running on another
+// worker right now gets `running_task_repr`'s form, which does not.
+PyObject* Task_repr(PyObject* self) {
+  PyObject* r = nullptr;
+  if (WhileNotStepped(self, kPatienceForRepr,
+                      [&] { r = PyObject_CallOneArg(task_repr, self); })) {
+    return r;
+  }
+  // Stepped on another worker right now. (Until mt_asyncio.tasks has
+  // installed its form, which is before any task of ours can run.)
+  PyObject* busy = running_task_repr != nullptr ? running_task_repr : task_repr;
+  return PyObject_CallOneArg(busy, self);
+}
 
 PyObject* Task_get_must_cancel(PyObject* self, void*) {
   bool v;
@@ -799,7 +823,8 @@ PyObject* Task_while_not_stepped(PyObject* self, PyObject* const* args, Py_ssize
     return nullptr;
   }
   PyObject* result = nullptr;
-  if (!WhileNotStepped(self, [&] { result = PyObject_CallNoArgs(args[0]); })) {
+  if (!WhileNotStepped(self, kPatienceForStack,
+                       [&] { result = PyObject_CallNoArgs(args[0]); })) {
     return Py_NewRef(args[1]);
   }
   return result;
@@ -863,9 +888,16 @@ PyObject* Module_current_task(PyObject*, PyObject*) {
   return Py_NewRef(current_task != nullptr ? current_task : Py_None);
 }
 
+PyObject* Module_set_running_task_repr(PyObject*, PyObject* fn) {
+  Py_XSETREF(running_task_repr, Py_NewRef(fn));
+  Py_RETURN_NONE;
+}
+
 PyMethodDef module_functions[] = {
     {"_current_task", Module_current_task, METH_NOARGS,
      "The task being stepped on this thread, or None."},
+    {"_set_running_task_repr", Module_set_running_task_repr, METH_O,
+     "The repr for a task that another worker is stepping right now."},
     {nullptr, nullptr, 0, nullptr},
 };
 

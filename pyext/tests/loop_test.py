@@ -479,6 +479,7 @@ def test_call_graphs_of_tasks_stepping_on_other_workers(loop):
             busy += not graph.call_stack
             assert isinstance(t.get_stack(), list)
             assert asyncio.format_call_graph(t).startswith("* Task(name=")
+            assert repr(t).startswith("<Task pending name=")
             reads += 1
             await asyncio.sleep(0)
         return reads, busy
@@ -497,3 +498,37 @@ def test_call_graphs_of_tasks_stepping_on_other_workers(loop):
     assert all(r > 0 for r in rounds)
     assert sum(reads for reads, _ in results) > 100
     assert all(t._asyncio_awaited_by is None for t in tasks)
+
+
+def test_repr_of_a_task_running_on_another_worker_does_not_read_its_frame(loop):
+    # stdlib's repr reads the coroutine's frame ("running at file:line");
+    # while another worker executes the coroutine that is unsafe, so the
+    # repr says "running" without a place. Once the task is suspended the
+    # full form comes back.
+    started = threading.Event()
+    release = threading.Event()
+
+    async def busy():
+        started.set()
+        release.wait(WAIT)  # Holds its worker: a step in progress.
+        await asyncio.sleep(0)
+        return "done"
+
+    async def main():
+        t = asyncio.create_task(busy(), name="busy")
+        deadline = time.monotonic() + WAIT
+        while not started.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        assert started.is_set(), "the task never started"
+        while_running = repr(t)
+        release.set()
+        result = await t
+        return while_running, repr(t), result
+
+    while_running, after, result = run(loop, main(), timeout=3 * WAIT)
+    assert result == "done"
+    assert "name='busy'" in while_running
+    assert "coro=<test_repr_of_a_task_running_on_another_worker_does_not_read_its_frame" in while_running
+    assert while_running.endswith("busy() running>>"), while_running
+    assert " at " not in while_running
+    assert "done, defined at" in after and "result='done'" in after

@@ -54,7 +54,9 @@ def _held_until_observed(aio, names, ready):
     """Starts a task per name that waits for a release, and an observer
     task that waits (bounded) until `ready(tasks)`, then returns
     [whether it got ready, the description of each task's graph] and
-    releases them. Returns (tasks, observer)."""
+    releases them. Returns (tasks, observer). `ready` should also wait for
+    the awaiting task to be suspended (its _fut_waiter set): a task still
+    running on another worker is shown without its stack."""
     release = aio.Event()
 
     async def held(name):
@@ -140,9 +142,11 @@ async def graph_shielded_task_awaited_by_caller(aio):
 @scenario
 @since(3, 14)
 async def graph_task_awaiting_a_task_is_listed(aio):
-    aio.current_task().set_name("outer")
+    me = aio.current_task()
+    me.set_name("outer")
     (inner,), watch = _held_until_observed(
-        aio, ["inner"], lambda tasks: tasks[0]._asyncio_awaited_by)
+        aio, ["inner"], lambda tasks: tasks[0]._asyncio_awaited_by
+        and me._fut_waiter is not None)
     result = await inner
     return [result, await watch, inner._asyncio_awaited_by]
 
@@ -174,9 +178,11 @@ async def graph_plain_future_awaited_by_tasks(aio):
 @scenario
 @since(3, 14)
 async def graph_wait_records_the_waiting_task(aio):
-    aio.current_task().set_name("waiting")
+    me = aio.current_task()
+    me.set_name("waiting")
     tasks, watch = _held_until_observed(
-        aio, ["t0", "t1"], lambda tasks: all(t._asyncio_awaited_by for t in tasks))
+        aio, ["t0", "t1"], lambda tasks: all(t._asyncio_awaited_by for t in tasks)
+        and me._fut_waiter is not None)
     done, pending = await aio.wait(tasks)
     return [len(done), len(pending), await watch,
             [t._asyncio_awaited_by for t in tasks]]
