@@ -50,14 +50,14 @@ def _check_future(future):
                         f"with asyncio.Future")
 
 
-def _outermost_first(entries, limit):
-    """Stdlib's truncation of a stack listed outermost entry first: a
-    positive `limit` keeps that many outermost entries, a negative one the
-    innermost |limit|. (Stdlib's docstring words it the other way round;
-    what it does is what users observe, on both kinds of stack.)"""
+def _truncated(innermost_first, limit):
+    """Stdlib's truncation of a call stack (listed innermost entry first):
+    a positive `limit` keeps that many outermost entries, a negative one
+    the innermost |limit|. (Stdlib's docstring words it the other way
+    round; what it does is what users observe, on both kinds of stack.)"""
     if not limit:
-        return entries
-    return entries[:limit] if limit > 0 else entries[limit:]
+        return innermost_first
+    return innermost_first[-limit:] if limit > 0 else innermost_first[:-limit]
 
 
 def _awaited_by_graphs(future, limit):
@@ -96,8 +96,8 @@ def _graph_of_other(future, limit):
         future._while_not_stepped(walk, None)
     else:
         walk()
-    frames = _outermost_first(frames, limit)
     frames.reverse()  # Innermost first, as for the running task.
+    frames = _truncated(frames, limit)
     return FutureCallGraph(future, tuple(frames),
                            _awaited_by_graphs(future, limit))
 
@@ -144,10 +144,7 @@ def capture_call_graph(future=None, /, *, depth=1, limit=None):
             frame = caller
     finally:
         del frame, caller  # No frame of ours kept alive by a cycle.
-    # `frames` is innermost first here.
-    frames.reverse()
-    frames = _outermost_first(frames, limit)
-    frames.reverse()
+    frames = _truncated(frames, limit)
     return FutureCallGraph(future, tuple(frames),
                            _awaited_by_graphs(future, limit))
 

@@ -99,9 +99,6 @@ def create_eager_task_factory(custom_task_constructor):
 eager_task_factory = create_eager_task_factory(Task)
 
 
-# gather() is C++ (pyext/src/gather.cc): its children report through a
-# native done callback that tolerates finishing on several workers at once,
-# with no Python frame or loop round trip per child.
 @reprlib.recursive_repr()
 def _running_task_repr(task):
     """repr() of a task that another worker is stepping right now: stdlib's
@@ -126,6 +123,9 @@ def _running_task_repr(task):
 _core._set_running_task_repr(_running_task_repr)
 
 
+# gather() is C++ (pyext/src/gather.cc): its children report through a
+# native done callback that tolerates finishing on several workers at once,
+# with no Python frame or loop round trip per child.
 _GatheringFuture = _core._GatheringFuture
 gather = _core.gather
 
@@ -233,6 +233,9 @@ def shield(arg):
     cur_task = current_task(loop) if loop is not None else None
     if cur_task is not None and coroutines.iscoroutine(arg):
         inner = _core._create_awaited_task(loop, cur_task, arg, None, None)
+        if inner.done():  # An eager task that finished in its first step.
+            _core.future_discard_from_awaited_by(inner, cur_task)
+            return inner
     else:
         inner = ensure_future(arg)
         if inner.done():
@@ -241,9 +244,6 @@ def shield(arg):
         cur_task = current_task(loop) if loop is not None else None
         if cur_task is not None:
             _core.future_add_to_awaited_by(inner, cur_task)
-    if inner.done():  # An eager task that finished in its first step.
-        _core.future_discard_from_awaited_by(inner, cur_task)
-        return inner
     outer = loop.create_future()
     if cur_task is not None:
         inner.add_done_callback(
