@@ -261,6 +261,7 @@ TEST(RuntimeTest, TimersFireWhileTheReactorsWorkerIsBlockedInAUnit) {
     time::TimerEntry first, second;
     std::atomic<bool> fired{false};
     std::atomic<int> polls{0};
+    std::atomic<bool> unblocked{false};
     Notification release;
     Notification blocking;
     auto* sleeper = new LambdaTask(
@@ -281,6 +282,7 @@ TEST(RuntimeTest, TimersFireWhileTheReactorsWorkerIsBlockedInAUnit) {
                       &second, std::chrono::steady_clock::now() + milliseconds(5), sleeper);
                   blocking.Notify();
                   release.WaitFor(milliseconds(5000));  // Blocks its worker.
+                  unblocked.store(true);
                   return true;
                 })).ok());
     ASSERT_TRUE(blocking.WaitFor(milliseconds(5000)));
@@ -288,6 +290,8 @@ TEST(RuntimeTest, TimersFireWhileTheReactorsWorkerIsBlockedInAUnit) {
     ASSERT_TRUE(Eventually([&] { return fired.load(); }));
     const auto waited = std::chrono::steady_clock::now() - start;
     release.Notify();
+    // This round's locals must outlive the blocked unit's last use of them.
+    ASSERT_TRUE(Eventually([&] { return unblocked.load(); }));
     EXPECT_LT(waited, milliseconds(1000)) << "round " << round;
     sleeper->Unref();
   }
