@@ -27,15 +27,19 @@ Task::Task(bool scheduled)
     : state_(scheduled ? State::kNewScheduled : State::kRefOne),
       id_(NextId()) {}
 
+Task::~Task() {
+  if (executor_retained_) executor_.load(std::memory_order_relaxed)->Release();
+}
+
 void Task::Wake(ScheduleKind kind) {
   if (state_.TransitionToScheduled() == State::WakeAction::kSubmit) {
-    executor_->Schedule(this, kind);
+    executor()->Schedule(this, kind);
   }
 }
 
 void Task::Cancel() {
   if (state_.Cancel() == State::WakeAction::kSubmit) {
-    executor_->Schedule(this, ScheduleKind::kWake);
+    executor()->Schedule(this, ScheduleKind::kWake);
   }
 }
 

@@ -1,6 +1,7 @@
 #ifndef MT_RUNTIME_TASK_TASK_H_
 #define MT_RUNTIME_TASK_TASK_H_
 
+#include <atomic>
 #include <cstdint>
 
 #include "absl/functional/any_invocable.h"
@@ -29,6 +30,14 @@ class Executor {
   // A task created through the executor's spawn (tracked) completed; lets
   // it count work in flight. Called before the runner's reference drops.
   virtual void OnComplete(Task* task) {}
+  // A unit keeps the executor it is bound to alive: set_executor() calls
+  // Retain(), and if that returned true, the unit's rebinding or
+  // destruction calls Release(). The scheduler returns false (it outlives
+  // the units that run on it, though not every unit: a leftover may be
+  // freed after the runtime is gone, so it must not be called then); a
+  // Strand is reference counted.
+  virtual bool Retain() { return false; }
+  virtual void Release() {}
 };
 
 // A schedulable unit: intrusive, reference counted through its State word,
@@ -40,7 +49,7 @@ class Task {
   // owned by the queue it is about to enter; otherwise the creator holds the
   // one reference and the task is idle.
   explicit Task(bool scheduled);
-  virtual ~Task() = default;
+  virtual ~Task();
 
   Task(const Task&) = delete;
   Task& operator=(const Task&) = delete;
@@ -52,8 +61,18 @@ class Task {
 
   State& state() { return state_; }
   std::uint64_t id() const { return id_; }
-  Executor* executor() const { return executor_; }
-  void set_executor(Executor* executor) { executor_ = executor; }
+  Executor* executor() const { return executor_.load(std::memory_order_acquire); }
+  // Binds the unit to `executor` (retained). Only while nobody else can
+  // wake the unit: before its first wake, or from its own Poll() (a wake
+  // racing the step is remembered and queued through the new executor when
+  // the step ends).
+  void set_executor(Executor* executor) {
+    if (executor == executor_.load(std::memory_order_relaxed)) return;
+    const bool release_previous = executor_retained_;
+    executor_retained_ = executor != nullptr && executor->Retain();
+    Executor* previous = executor_.exchange(executor, std::memory_order_acq_rel);
+    if (release_previous) previous->Release();
+  }
   // Set by the executor's spawn before the task is published.
   bool tracked() const { return tracked_; }
   void set_tracked() { tracked_ = true; }
@@ -72,7 +91,8 @@ class Task {
  private:
   State state_;
   const std::uint64_t id_;
-  Executor* executor_ = nullptr;
+  std::atomic<Executor*> executor_{nullptr};
+  bool executor_retained_ = false;  // Whether executor_ needs Release().
   bool tracked_ = false;
 };
 
