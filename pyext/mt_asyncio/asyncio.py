@@ -88,9 +88,7 @@ def _not_yet(name):
 
 # Not implemented for the parallel loop yet. Failing loudly beats handing
 # out stdlib versions that assume one thread or a selector loop.
-for _name in ("open_connection", "start_server", "open_unix_connection",
-              "start_unix_server", "create_subprocess_exec",
-              "create_subprocess_shell"):
+for _name in ("create_subprocess_exec", "create_subprocess_shell"):
     if _name in _stdlib.__all__:
         globals()[_name] = _not_yet(_name)
 

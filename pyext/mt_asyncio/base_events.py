@@ -4,7 +4,9 @@ The hot paths (call_soon, call_later, call_at, time, the run loop, Future
 and Task) are C++ in ``mt_asyncio._core``; this module adds the rest of
 ``asyncio.AbstractEventLoop`` the way ``asyncio.base_events`` does:
 run_until_complete, the exception handler API, task factories, async
-generator hooks and executors.
+generator hooks and executors. The network methods come from
+``sockets.SocketMethods`` (add_reader, sock_*, name resolution) and
+``connections.ConnectionMethods`` (create_connection, create_server, ...).
 
 Callbacks and task steps run on the runtime's worker threads, in parallel.
 The thread that calls run_forever() only waits; stop() wakes it.
@@ -19,6 +21,8 @@ import weakref
 from asyncio import coroutines, events, futures
 
 from . import _core, tasks
+from .connections import ConnectionMethods
+from .sockets import SocketMethods
 
 __all__ = ["EventLoop", "new_event_loop"]
 
@@ -39,7 +43,8 @@ def _run_until_complete_cb(fut):
     futures._get_loop(fut).stop()
 
 
-class EventLoop(_core.Loop, events.AbstractEventLoop):
+class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
+                events.AbstractEventLoop):
     """An asyncio event loop whose callbacks and tasks run on the mt_asyncio
     runtime's worker threads, in parallel."""
 

@@ -18,12 +18,14 @@
 #include "pyext/src/awaited_by.h"
 #include "pyext/src/barrier.h"
 #include "pyext/src/condition.h"
+#include "pyext/src/fd_watch.h"
 #include "pyext/src/future.h"
 #include "pyext/src/gather.h"
 #include "pyext/src/locks.h"
 #include "pyext/src/loop.h"
 #include "pyext/src/queues.h"
 #include "pyext/src/task.h"
+#include "pyext/src/transport.h"
 #include "pyext/src/runtime_holder.h"
 #include "runtime/admin/admin_api.h"
 
@@ -215,7 +217,9 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       mt::pyext::RegisterQueueType(m.ptr()) < 0 ||
       mt::pyext::RegisterConditionType(m.ptr()) < 0 ||
       mt::pyext::RegisterBarrierType(m.ptr()) < 0 ||
-      mt::pyext::RegisterAwaitedBy(m.ptr()) < 0) {
+      mt::pyext::RegisterAwaitedBy(m.ptr()) < 0 ||
+      mt::pyext::RegisterFdWatch(m.ptr()) < 0 ||
+      mt::pyext::RegisterTransportTypes(m.ptr()) < 0) {
     throw py::error_already_set();
   }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "pyext/src/fd_watch.h"
 #include "pyext/src/future.h"
 #include "pyext/src/kwargs.h"
 #include "pyext/src/py_ref.h"
@@ -19,6 +20,7 @@
 #include "pyext/src/task.h"
 #include "runtime/blocking/pool.h"
 #include "runtime/runtime.h"
+#include "runtime/scheduler/strand.h"
 #include "runtime/time/entry.h"
 
 namespace mt::pyext {
@@ -80,6 +82,8 @@ struct LoopState {
     TaskLink head;  // Circular list sentinel.
   };
   TaskShard task_shards[kTaskShards];
+  // File descriptors registered for add_reader/add_writer and transports.
+  FdTable fds;
   TaskShard& ShardFor(PyObject* task) {
     const auto h = reinterpret_cast<std::uintptr_t>(task) >> 6;
     return task_shards[h % kTaskShards];
@@ -599,7 +603,7 @@ PyObject* ScheduleTimer(PyObject* self, double when, CallArgs& call) {
   auto* unit = new HandleUnit(self, handle);
   const auto deadline = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(when)));
-  unit->set_executor(StateOf(self)->runtime->executor());
+  unit->set_executor(LoopExecutor(self));
   // The fired timer wakes the unit; Poll defers it if the loop is stopped.
   StateOf(self)->runtime->driver().timers().Arm(h->entry, deadline, unit);
   unit->Unref();  // The timer holds it now (or it is already queued).
@@ -744,6 +748,8 @@ PyObject* Loop_close_core(PyObject* self, PyObject*) {
     unit->Cancel();
     unit->Unref();
   }
+  // A closed selector loop forgets its readers and writers.
+  FdTableCloseWatchers(self);
   Py_RETURN_NONE;
 }
 
@@ -1187,9 +1193,30 @@ bool HeldFirstSteps::Hold(PyObject* loop, PyObject* task, task::Task* unit) {
   return true;
 }
 
+runtime::Runtime& LoopRuntime(PyObject* loop) { return *StateOf(loop)->runtime; }
+
+task::Executor* LoopExecutor(PyObject* loop) {
+  if (auto* strand = runtime::scheduler::Strand::Current()) return strand;
+  return StateOf(loop)->runtime->executor();
+}
+
+FdTable& LoopFds(PyObject* loop) { return StateOf(loop)->fds; }
+
+PyObject* LoopNewHandle(PyObject* loop, PyObject* callback, PyObject* args,
+                        PyObject* context) {
+  return NewHandle(handle_type, loop, callback, args, context);
+}
+
+void LoopRunHandle(PyObject* loop, PyObject* handle) { RunHandle(loop, handle); }
+
+void LoopCancelHandle(PyObject* handle) {
+  PyObject* res = Handle_cancel(handle, nullptr);
+  Py_XDECREF(res);
+}
+
 void LoopWake(PyObject* loop, task::Task* unit) {
   LoopState* st = StateOf(loop);
-  unit->set_executor(st->runtime->executor());
+  unit->set_executor(LoopExecutor(loop));
   if (!st->running_flag.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(st->mu);
     if (!st->running) {
@@ -1235,9 +1262,8 @@ PyObject* LoopCreateTaskCore(PyObject* loop, PyObject* coro) {
 }
 
 bool LoopStartEagerly(PyObject* loop, task::Task* unit) {
-  LoopState* st = StateOf(loop);
   if (!LoopRunsOnThisThread(loop)) return false;
-  unit->set_executor(st->runtime->executor());
+  unit->set_executor(LoopExecutor(loop));
   // Claim the unit as if a worker had taken it off a queue, then run its
   // first step here; a wake during the step requeues it as usual.
   if (unit->state().TransitionToScheduled() == task::State::WakeAction::kSubmit) {

@@ -7,9 +7,12 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "runtime/runtime.h"
 #include "runtime/task/task.h"
 
 namespace mt::pyext {
+
+struct FdTable;
 
 // mt_asyncio._core.Loop: the C++ core of the parallel event loop. The
 // Python class mt_asyncio.events.EventLoop derives from it and adds the
@@ -124,6 +127,25 @@ bool LoopDeferIfStopped(PyObject* loop, runtime::task::Task* unit);
 // already (asyncio.get_running_loop() must answer inside every step).
 // Returns 0, or -1 with an error set.
 int LoopEnterOnWorker(PyObject* loop);
+
+// The runtime behind `loop` (started with it).
+runtime::Runtime& LoopRuntime(PyObject* loop);
+// Where a unit made now for `loop` is bound: the strand the calling thread
+// runs (a connection's, see transport.h), so that what a connection's
+// callbacks start stays serialized with them, else the runtime's scheduler.
+runtime::task::Executor* LoopExecutor(PyObject* loop);
+// The loop's table of registered file descriptors (fd_watch.h).
+FdTable& LoopFds(PyObject* loop);
+
+// A new Handle for callback(*args) in `context` (a tuple and a Context;
+// both borrowed), and running one as a loop callback would: in its
+// context, an exception going to the loop's handler. New reference or
+// nullptr.
+PyObject* LoopNewHandle(PyObject* loop, PyObject* callback, PyObject* args,
+                        PyObject* context);
+void LoopRunHandle(PyObject* loop, PyObject* handle);
+// Marks a Handle cancelled (Handle.cancel()).
+void LoopCancelHandle(PyObject* handle);
 
 // Reports an exception from a callback or step to the loop's exception
 // handler; consumes the current error. `what` names the failed object.

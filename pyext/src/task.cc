@@ -905,6 +905,11 @@ PyMethodDef module_functions[] = {
 
 PyObject* CurrentTask() { return current_task; }
 
+rt_task::Task* CurrentTaskUnit() {
+  if (current_task == nullptr) return nullptr;
+  return reinterpret_cast<TaskObject*>(current_task)->unit;
+}
+
 PyObject* TaskCreate(PyObject* loop, PyObject* coro, PyObject* name, PyObject* context,
                      bool eager_start) {
   PyObject* self = task_type->tp_alloc(task_type, 0);

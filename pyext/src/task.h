@@ -3,6 +3,8 @@
 
 #include <Python.h>
 
+#include "runtime/task/task.h"
+
 namespace mt::pyext {
 
 // mt_asyncio._core.Task: a Future that steps a coroutine on the runtime's
@@ -16,6 +18,9 @@ int RegisterTaskType(PyObject* module);
 
 // The task being stepped on this thread, or nullptr (borrowed).
 PyObject* CurrentTask();
+// The runtime unit that steps CurrentTask(), or nullptr (borrowed). Its
+// executor may be changed from the step (Task::set_executor).
+runtime::task::Task* CurrentTaskUnit();
 
 // A new mt_asyncio Task for `coro` on `loop` (an mt_asyncio loop), as
 // Task(coro, loop=loop, name=name, context=context, eager_start=...) would

@@ -3,6 +3,7 @@ threads) and compares the observations."""
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -20,10 +21,15 @@ import scenarios_graph  # noqa: E402,F401
 import scenarios_groups  # noqa: E402,F401
 import scenarios_locks  # noqa: E402,F401
 import scenarios_more  # noqa: E402,F401
+import scenarios_net_protocols  # noqa: E402,F401
+import scenarios_net_sockets  # noqa: E402,F401
+import scenarios_net_streams  # noqa: E402,F401
 import scenarios_queues  # noqa: E402,F401
 import scenarios_tasks  # noqa: E402,F401
 
 N_THREADS = int(os.environ.get("MT_PARITY_THREADS", "4"))
+NET_MODULES = {"scenarios_net_protocols", "scenarios_net_sockets",
+               "scenarios_net_streams"}
 ROUNDS = int(os.environ.get("MT_PARITY_ROUNDS", "1"))
 NAMES = sorted(harness.SCENARIOS)
 
@@ -37,8 +43,28 @@ def test_parity(name, threads):
         pytest.skip(f"stdlib's API for this scenario needs Python "
                     f"{'.'.join(map(str, min_python))}+")
     expected = harness.run_stdlib(fn)
+    network = fn.__module__ in NET_MODULES
     for _ in range(ROUNDS):
+        before = _open_fds() if network else None
         assert harness.run_mt(fn, threads) == expected
+        if network:
+            # Every socket a scenario opened is closed by the time run()
+            # returns (closing is done in connection_lost, on a worker:
+            # allow it a moment, bounded).
+            assert _settled_fds(before) == before
+
+
+def _open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _settled_fds(before, timeout=2.0):
+    deadline = time.monotonic() + timeout
+    now = _open_fds()
+    while now != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+        now = _open_fds()
+    return now
 
 
 def test_scenario_count(capsys):

@@ -1,0 +1,469 @@
+"""The loop's connection API: create_connection, create_server, their Unix
+variants and connect_accepted_socket, with stdlib's signatures, checks and
+errors. The transports themselves are C++ (``pyext/src/transport.cc``).
+"""
+
+import collections.abc
+import errno
+import functools
+import itertools
+import os
+import socket
+import stat
+import sys
+
+from asyncio import staggered
+from asyncio.log import logger
+
+from . import _core, tasks
+from .servers import Server
+from .sockets import _check_ssl_socket
+
+__all__ = ["ConnectionMethods"]
+
+
+def _interleave_addrinfos(addrinfos, first_address_family_count=1):
+    """Reorder addresses to alternate families (RFC 8305 Happy Eyeballs):
+    the first `first_address_family_count` of the first family, then one
+    of each family in turn."""
+    by_family = collections.OrderedDict()
+    for info in addrinfos:
+        by_family.setdefault(info[0], []).append(info)
+    lists = list(by_family.values())
+    reordered = []
+    if first_address_family_count > 1:
+        reordered.extend(lists[0][:first_address_family_count - 1])
+        del lists[0][:first_address_family_count - 1]
+    reordered.extend(
+        a for a in itertools.chain.from_iterable(
+            itertools.zip_longest(*lists)) if a is not None)
+    return reordered
+
+
+def _set_reuseport(sock):
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise ValueError("reuse_port not supported by socket module")
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    except OSError:
+        raise ValueError("reuse_port not supported by socket module, "
+                         "SO_REUSEPORT defined but not implemented.") from None
+
+
+def _no_ssl(ssl, server_hostname=None, ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None):
+    if ssl:
+        raise NotImplementedError(
+            "TLS (ssl=) is not implemented on mt_asyncio's transports yet "
+            "(see docs/compatibility.md)")
+
+
+class ConnectionMethods:
+    """Mixed into mt_asyncio's EventLoop."""
+
+    def _make_socket_transport(self, sock, protocol, waiter=None, *,
+                               extra=None, server=None):
+        return _core._make_socket_transport(self, sock, protocol, waiter,
+                                            extra, server)
+
+    async def _create_connection_transport(
+            self, sock, protocol_factory, ssl, server_hostname,
+            server_side=False, ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None):
+        sock.setblocking(False)
+        protocol = protocol_factory()
+        waiter = self.create_future()
+        _no_ssl(ssl)
+        transport = self._make_socket_transport(sock, protocol, waiter)
+        try:
+            await waiter
+        except:
+            transport.close()
+            raise
+        return transport, protocol
+
+    async def _connect_sock(self, exceptions, addr_info, local_addr_infos=None):
+        """One connection attempt; its errors are collected in a list that
+        is appended to `exceptions`."""
+        my_exceptions = []
+        exceptions.append(my_exceptions)
+        family, type_, proto, _, address = addr_info
+        sock = None
+        try:
+            try:
+                sock = socket.socket(family=family, type=type_, proto=proto)
+                sock.setblocking(False)
+                if local_addr_infos is not None:
+                    for lfamily, _, _, _, laddr in local_addr_infos:
+                        if lfamily != family:
+                            continue
+                        try:
+                            sock.bind(laddr)
+                            break
+                        except OSError as exc:
+                            msg = (f"error while attempting to bind on "
+                                   f"address {laddr!r}: {str(exc).lower()}")
+                            my_exceptions.append(OSError(exc.errno, msg))
+                    else:
+                        if my_exceptions:
+                            raise my_exceptions.pop()
+                        raise OSError(
+                            f"no matching local address with {family=} found")
+                await self.sock_connect(sock, address)
+                return sock
+            except OSError as exc:
+                my_exceptions.append(exc)
+                if sock is not None:
+                    try:
+                        sock.close()
+                    except OSError:
+                        pass
+                raise
+            except:
+                if sock is not None:
+                    try:
+                        sock.close()
+                    except OSError:
+                        pass
+                raise
+        finally:
+            exceptions = my_exceptions = None
+
+    async def create_connection(
+            self, protocol_factory, host=None, port=None, *, ssl=None,
+            family=0, proto=0, flags=0, sock=None, local_addr=None,
+            server_hostname=None, ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None, happy_eyeballs_delay=None,
+            interleave=None, all_errors=False):
+        """Connect to host:port (or use sock) and return (transport,
+        protocol)."""
+        if server_hostname is not None and not ssl:
+            raise ValueError("server_hostname is only meaningful with ssl")
+        if server_hostname is None and ssl:
+            if not host:
+                raise ValueError("You must set server_hostname "
+                                 "when using ssl without a host")
+            server_hostname = host
+        if ssl_handshake_timeout is not None and not ssl:
+            raise ValueError(
+                "ssl_handshake_timeout is only meaningful with ssl")
+        if ssl_shutdown_timeout is not None and not ssl:
+            raise ValueError(
+                "ssl_shutdown_timeout is only meaningful with ssl")
+        if sock is not None:
+            _check_ssl_socket(sock)
+        if happy_eyeballs_delay is not None and interleave is None:
+            interleave = 1  # RFC 8305's recommendation.
+
+        if host is not None or port is not None:
+            if sock is not None:
+                raise ValueError(
+                    "host/port and sock can not be specified at the same time")
+            infos = await self._ensure_resolved(
+                (host, port), family=family, type=socket.SOCK_STREAM,
+                proto=proto, flags=flags)
+            if not infos:
+                raise OSError("getaddrinfo() returned empty list")
+            if local_addr is not None:
+                laddr_infos = await self._ensure_resolved(
+                    local_addr, family=family, type=socket.SOCK_STREAM,
+                    proto=proto, flags=flags)
+                if not laddr_infos:
+                    raise OSError("getaddrinfo() returned empty list")
+            else:
+                laddr_infos = None
+            if interleave:
+                infos = _interleave_addrinfos(infos, interleave)
+
+            exceptions = []
+            if happy_eyeballs_delay is None:
+                for addrinfo in infos:
+                    try:
+                        sock = await self._connect_sock(
+                            exceptions, addrinfo, laddr_infos)
+                        break
+                    except OSError:
+                        continue
+            else:
+                sock, _, _ = await staggered.staggered_race(
+                    (functools.partial(self._connect_sock, exceptions,
+                                       addrinfo, laddr_infos)
+                     for addrinfo in infos),
+                    happy_eyeballs_delay, loop=self)
+
+            if sock is None:
+                exceptions = [exc for sub in exceptions for exc in sub]
+                try:
+                    if all_errors:
+                        raise ExceptionGroup("create_connection failed",
+                                             exceptions)
+                    if len(exceptions) == 1:
+                        raise exceptions[0]
+                    if exceptions:
+                        model = str(exceptions[0])
+                        if all(str(exc) == model for exc in exceptions):
+                            raise exceptions[0]
+                        raise OSError("Multiple exceptions: {}".format(
+                            ", ".join(str(exc) for exc in exceptions)))
+                    raise OSError("create_connection failed")
+                finally:
+                    exceptions = None
+        else:
+            if sock is None:
+                raise ValueError(
+                    "host and port was not specified and no sock specified")
+            if sock.type != socket.SOCK_STREAM:
+                raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+
+        transport, protocol = await self._create_connection_transport(
+            sock, protocol_factory, ssl, server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout)
+        if self._debug:
+            sock = transport.get_extra_info("socket")
+            logger.debug("%r connected to %s:%r: (%r, %r)",
+                         sock, host, port, transport, protocol)
+        return transport, protocol
+
+    async def _create_server_getaddrinfo(self, host, port, family, flags):
+        infos = await self._ensure_resolved((host, port), family=family,
+                                            type=socket.SOCK_STREAM,
+                                            flags=flags)
+        if not infos:
+            raise OSError(f"getaddrinfo({host!r}) returned empty list")
+        return infos
+
+    async def create_server(
+            self, protocol_factory, host=None, port=None, *,
+            family=socket.AF_UNSPEC, flags=socket.AI_PASSIVE, sock=None,
+            backlog=100, ssl=None, reuse_address=None, reuse_port=None,
+            keep_alive=None, ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None, start_serving=True):
+        """Listen on host:port (every address it resolves to) or on sock;
+        return a Server."""
+        if isinstance(ssl, bool):
+            raise TypeError("ssl argument must be an SSLContext or None")
+        if ssl_handshake_timeout is not None and ssl is None:
+            raise ValueError(
+                "ssl_handshake_timeout is only meaningful with ssl")
+        if ssl_shutdown_timeout is not None and ssl is None:
+            raise ValueError(
+                "ssl_shutdown_timeout is only meaningful with ssl")
+        if sock is not None:
+            _check_ssl_socket(sock)
+        _no_ssl(ssl)
+
+        if host is not None or port is not None:
+            if sock is not None:
+                raise ValueError(
+                    "host/port and sock can not be specified at the same time")
+            if reuse_address is None:
+                reuse_address = os.name == "posix" and sys.platform != "cygwin"
+            sockets = []
+            if host == "":
+                hosts = [None]
+            elif (isinstance(host, str) or
+                  not isinstance(host, collections.abc.Iterable)):
+                hosts = [host]
+            else:
+                hosts = host
+            fs = [self._create_server_getaddrinfo(h, port, family, flags)
+                  for h in hosts]
+            infos = await tasks.gather(*fs)
+            infos = set(itertools.chain.from_iterable(infos))
+            completed = False
+            try:
+                for res in infos:
+                    af, socktype, proto, _, sa = res
+                    try:
+                        sock = socket.socket(af, socktype, proto)
+                    except OSError:
+                        if self._debug:
+                            logger.warning("create_server() failed to create "
+                                           "socket.socket(%r, %r, %r)",
+                                           af, socktype, proto, exc_info=True)
+                        continue
+                    sockets.append(sock)
+                    if reuse_address:
+                        sock.setsockopt(socket.SOL_SOCKET,
+                                        socket.SO_REUSEADDR, True)
+                    if reuse_port:
+                        _set_reuseport(sock)
+                    if keep_alive:
+                        sock.setsockopt(socket.SOL_SOCKET,
+                                        socket.SO_KEEPALIVE, True)
+                    # Without this a dual-stack IPv6 socket would also take
+                    # the IPv4 port, and the IPv4 bind would fail.
+                    if (socket.has_ipv6 and af == socket.AF_INET6 and
+                            hasattr(socket, "IPPROTO_IPV6")):
+                        sock.setsockopt(socket.IPPROTO_IPV6,
+                                        socket.IPV6_V6ONLY, True)
+                    try:
+                        sock.bind(sa)
+                    except OSError as err:
+                        msg = ("error while attempting to bind on address "
+                               f"{sa!r}: {str(err).lower()}")
+                        if err.errno == errno.EADDRNOTAVAIL:
+                            # An address this host does not have (an IPv6
+                            # one without IPv6 configured): skip it.
+                            sockets.pop()
+                            sock.close()
+                            if self._debug:
+                                logger.warning(msg)
+                            continue
+                        raise OSError(err.errno, msg) from None
+                if not sockets:
+                    raise OSError("could not bind on any address out of "
+                                  f"{[info[4] for info in infos]!r}")
+                completed = True
+            finally:
+                if not completed:
+                    for s in sockets:
+                        s.close()
+        else:
+            if sock is None:
+                raise ValueError("Neither host/port nor sock were specified")
+            if sock.type != socket.SOCK_STREAM:
+                raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+            sockets = [sock]
+
+        for s in sockets:
+            s.setblocking(False)
+        server = Server(self, sockets, protocol_factory, ssl, backlog,
+                        ssl_handshake_timeout, ssl_shutdown_timeout)
+        if start_serving:
+            await server.start_serving()
+        if self._debug:
+            logger.info("%r is serving", server)
+        return server
+
+    async def create_unix_connection(
+            self, protocol_factory, path=None, *, ssl=None, sock=None,
+            server_hostname=None, ssl_handshake_timeout=None,
+            ssl_shutdown_timeout=None):
+        """Connect to a Unix stream socket at path (or use sock)."""
+        if ssl:
+            if server_hostname is None:
+                raise ValueError(
+                    "you have to pass server_hostname when using ssl")
+        else:
+            if server_hostname is not None:
+                raise ValueError("server_hostname is only meaningful with ssl")
+            if ssl_handshake_timeout is not None:
+                raise ValueError(
+                    "ssl_handshake_timeout is only meaningful with ssl")
+            if ssl_shutdown_timeout is not None:
+                raise ValueError(
+                    "ssl_shutdown_timeout is only meaningful with ssl")
+        if path is not None:
+            if sock is not None:
+                raise ValueError(
+                    "path and sock can not be specified at the same time")
+            path = os.fspath(path)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0)
+            try:
+                sock.setblocking(False)
+                await self.sock_connect(sock, path)
+            except:
+                sock.close()
+                raise
+        else:
+            if sock is None:
+                raise ValueError("no path and sock were specified")
+            if (sock.family != socket.AF_UNIX or
+                    sock.type != socket.SOCK_STREAM):
+                raise ValueError(
+                    f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+            sock.setblocking(False)
+        return await self._create_connection_transport(
+            sock, protocol_factory, ssl, server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout)
+
+    async def create_unix_server(
+            self, protocol_factory, path=None, *, sock=None, backlog=100,
+            ssl=None, ssl_handshake_timeout=None, ssl_shutdown_timeout=None,
+            start_serving=True, cleanup_socket=True):
+        """Listen on a Unix stream socket at path (or sock); return a
+        Server. With cleanup_socket, closing the server removes the socket
+        file it bound."""
+        if isinstance(ssl, bool):
+            raise TypeError("ssl argument must be an SSLContext or None")
+        if ssl_handshake_timeout is not None and not ssl:
+            raise ValueError(
+                "ssl_handshake_timeout is only meaningful with ssl")
+        if ssl_shutdown_timeout is not None and not ssl:
+            raise ValueError(
+                "ssl_shutdown_timeout is only meaningful with ssl")
+        _no_ssl(ssl)
+        if path is not None:
+            if sock is not None:
+                raise ValueError(
+                    "path and sock can not be specified at the same time")
+            path = os.fspath(path)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # A stale socket file from an earlier run is removed; abstract
+            # names (a leading NUL) have no file.
+            if path[0] not in (0, "\x00"):
+                try:
+                    if stat.S_ISSOCK(os.stat(path).st_mode):
+                        os.remove(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    logger.error("Unable to check or remove stale UNIX "
+                                 "socket %r: %r", path, err)
+            try:
+                sock.bind(path)
+            except OSError as exc:
+                sock.close()
+                if exc.errno == errno.EADDRINUSE:
+                    raise OSError(errno.EADDRINUSE,
+                                  f"Address {path!r} is already in use") \
+                        from None
+                raise
+            except:
+                sock.close()
+                raise
+        else:
+            if sock is None:
+                raise ValueError(
+                    "path was not specified, and no sock specified")
+            if (sock.family != socket.AF_UNIX or
+                    sock.type != socket.SOCK_STREAM):
+                raise ValueError(
+                    f"A UNIX Domain Stream Socket was expected, got {sock!r}")
+        unix_paths = {}
+        if cleanup_socket:
+            bound = sock.getsockname()
+            if bound and bound[0] not in (0, "\x00"):
+                try:
+                    unix_paths[sock] = os.stat(bound).st_ino
+                except FileNotFoundError:
+                    pass
+        sock.setblocking(False)
+        server = Server(self, [sock], protocol_factory, ssl, backlog,
+                        ssl_handshake_timeout, ssl_shutdown_timeout,
+                        unix_paths=unix_paths)
+        if start_serving:
+            await server.start_serving()
+        return server
+
+    async def connect_accepted_socket(
+            self, protocol_factory, sock, *, ssl=None,
+            ssl_handshake_timeout=None, ssl_shutdown_timeout=None):
+        """Wrap an already accepted connection in a transport and
+        protocol."""
+        if sock.type != socket.SOCK_STREAM:
+            raise ValueError(f"A Stream Socket was expected, got {sock!r}")
+        if ssl_handshake_timeout is not None and not ssl:
+            raise ValueError(
+                "ssl_handshake_timeout is only meaningful with ssl")
+        if ssl_shutdown_timeout is not None and not ssl:
+            raise ValueError(
+                "ssl_shutdown_timeout is only meaningful with ssl")
+        _check_ssl_socket(sock)
+        return await self._create_connection_transport(
+            sock, protocol_factory, ssl, "", server_side=True,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout)

@@ -1,0 +1,1419 @@
+#include "pyext/src/transport.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "pyext/src/fd_watch.h"
+#include "pyext/src/loop.h"
+#include "pyext/src/py_ref.h"
+#include "pyext/src/task.h"
+#include "runtime/io/driver.h"
+#include "runtime/scheduler/strand.h"
+#include "runtime/time/entry.h"
+
+namespace mt::pyext {
+namespace {
+
+namespace io = runtime::io;
+namespace rt_task = runtime::task;
+using runtime::scheduler::Strand;
+
+// stdlib's read size (selector_events max_size) and default write limits.
+constexpr std::size_t kReadSize = 256 * 1024;
+constexpr std::size_t kDefaultHighWater = 64 * 1024;
+// After this many writes to a lost connection, each one logs a warning
+// (asyncio.constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES).
+constexpr int kLogConnLostWrites = 5;
+// Coalesce small writes into the buffer's last chunk up to this size.
+constexpr std::size_t kChunkSize = 64 * 1024;
+// Connections a listener accepts per readiness before yielding its worker.
+constexpr int kMaxAcceptsPerPoll = 128;
+
+PyTypeObject* transport_type = nullptr;
+PyTypeObject* listener_type = nullptr;
+PyObject* transport_socket_type = nullptr;  // asyncio.trsock.TransportSocket
+PyObject* buffered_protocol_type = nullptr;  // asyncio.BufferedProtocol
+PyObject* socket_type = nullptr;             // socket.socket
+PyObject* logger = nullptr;                  // asyncio.log.logger
+
+// Bytes that write() could not send yet, in order. Only touched under the
+// connection's lock.
+class WriteBuffer {
+ public:
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  void Append(const char* data, std::size_t n) {
+    if (n == 0) return;
+    if (!chunks_.empty() && chunks_.back().size() + n <= kChunkSize) {
+      chunks_.back().append(data, n);
+    } else {
+      chunks_.emplace_back(data, n);
+    }
+    size_ += n;
+  }
+  // Up to `max` iovecs over the front of the buffer.
+  int Gather(iovec* iov, int max) {
+    int n = 0;
+    std::size_t offset = front_offset_;
+    for (auto it = chunks_.begin(); it != chunks_.end() && n < max; ++it) {
+      iov[n].iov_base = it->data() + offset;
+      iov[n].iov_len = it->size() - offset;
+      offset = 0;
+      ++n;
+    }
+    return n;
+  }
+  void Consume(std::size_t n) {
+    size_ -= n;
+    while (n > 0) {
+      std::string& front = chunks_.front();
+      const std::size_t left = front.size() - front_offset_;
+      if (n < left) {
+        front_offset_ += n;
+        return;
+      }
+      n -= left;
+      chunks_.pop_front();
+      front_offset_ = 0;
+    }
+  }
+  void Clear() {
+    chunks_.clear();
+    front_offset_ = 0;
+    size_ = 0;
+  }
+
+ private:
+  std::deque<std::string> chunks_;
+  std::size_t front_offset_ = 0;
+  std::size_t size_ = 0;
+};
+
+// Scoped PyMutex: a contended lock waits detached from the interpreter, so
+// a stop-the-world pause never waits on it. Nothing under it allocates
+// Python objects or drops references (either may run a collection).
+class Locked {
+ public:
+  explicit Locked(PyMutex& mu) : mu_(mu) { PyMutex_Lock(&mu_); }
+  ~Locked() { PyMutex_Unlock(&mu_); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
+
+ private:
+  PyMutex& mu_;
+};
+
+// Calls loop.call_exception_handler({message, exception, extra...}) and
+// clears any error it raises. Consumes `exc` (may be nullptr).
+void ReportToLoop(PyObject* loop, const char* message, PyObject* exc,
+                  std::initializer_list<std::pair<const char*, PyObject*>> extra) {
+  PyObject* saved = PyErr_GetRaisedException();
+  PyObject* ctx = PyDict_New();
+  if (ctx != nullptr) {
+    PyObject* msg = PyUnicode_FromString(message);
+    if (msg != nullptr) PyDict_SetItemString(ctx, "message", msg);
+    Py_XDECREF(msg);
+    if (exc != nullptr) PyDict_SetItemString(ctx, "exception", exc);
+    for (const auto& [key, value] : extra) {
+      if (value != nullptr) PyDict_SetItemString(ctx, key, value);
+    }
+    PyObject* res = PyObject_CallMethod(loop, "call_exception_handler", "O", ctx);
+    if (res == nullptr) PyErr_WriteUnraisable(loop);
+    Py_XDECREF(res);
+    Py_DECREF(ctx);
+  } else {
+    PyErr_WriteUnraisable(loop);
+  }
+  Py_XDECREF(exc);
+  PyErr_SetRaisedException(saved);
+}
+
+bool IsFatalPyError(PyObject* exc) {
+  return PyErr_GivenExceptionMatches(exc, PyExc_SystemExit) ||
+         PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt);
+}
+
+PyObject* OsErrorFromErrno(int err) {
+  PyObject* args = Py_BuildValue("(is)", err, std::strerror(err));
+  if (args == nullptr) return nullptr;
+  PyObject* exc = PyObject_Call(PyExc_OSError, args, nullptr);
+  Py_DECREF(args);
+  return exc;
+}
+
+int GetDebug(PyObject* loop) {
+  PyObject* res = PyObject_CallMethod(loop, "get_debug", nullptr);
+  if (res == nullptr) {
+    PyErr_Clear();
+    return 0;
+  }
+  const int v = PyObject_IsTrue(res);
+  Py_DECREF(res);
+  return v > 0;
+}
+
+// Calls obj.name(*args); on failure returns nullptr with the error set.
+PyObject* CallMethod(PyObject* obj, const char* name, PyObject* arg = nullptr) {
+  PyObject* n = PyUnicode_InternFromString(name);
+  if (n == nullptr) return nullptr;
+  PyObject* res = arg == nullptr ? PyObject_CallMethodNoArgs(obj, n)
+                                 : PyObject_CallMethodOneArg(obj, n, arg);
+  Py_DECREF(n);
+  return res;
+}
+
+// --- the connection unit ------------------------------------------------------
+
+class Conn final : public rt_task::Task {
+ public:
+  Conn(PyObject* loop, PyObject* sock, int fd)
+      : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), sock_(Py_NewRef(sock)), fd_(fd) {}
+  ~Conn() override {
+    DecRefAnyThread(loop_);
+    DecRefAnyThread(sock_);
+    DecRefAnyThread(extra_);
+    DecRefAnyThread(protocol_);
+    DecRefAnyThread(factory_);
+    DecRefAnyThread(server_);
+    DecRefAnyThread(waiter_);
+    DecRefAnyThread(lost_exc_);
+  }
+
+  bool Poll() override;
+  void OnCancel() override;
+
+  // --- set up, before the first wake (one thread) ---
+  PyObject* loop_;
+  PyObject* sock_;
+  const int fd_;
+  PyObject* transport_ = nullptr;  // Strong from the first wake until lost.
+  PyObject* extra_ = nullptr;      // dict; written once before publication.
+  PyObject* factory_ = nullptr;    // Accepted connections: protocol factory.
+  PyObject* server_ = nullptr;
+  PyObject* waiter_ = nullptr;
+  io::ScheduledIo* io_ = nullptr;  // Registered by whoever starts it.
+  Strand* strand_ = nullptr;       // Borrowed: the unit's executor.
+
+  // --- any thread, under mu_ ---
+  PyMutex mu_{};
+  PyObject* protocol_ = nullptr;
+  bool buffered_ = false;  // protocol_ is a BufferedProtocol.
+  WriteBuffer wbuf_;
+  std::size_t high_water_ = kDefaultHighWater;
+  std::size_t low_water_ = kDefaultHighWater / 4;
+  bool closing_ = false;
+  bool eof_requested_ = false;  // write_eof() called.
+  bool reading_paused_ = false;
+  bool want_paused_ = false;  // Writing above the high-water mark.
+  int conn_lost_ = 0;
+  bool lost_pending_ = false;  // connection_lost is due.
+  PyObject* lost_exc_ = nullptr;
+
+  // --- the unit's own (on the strand) ---
+  bool started_ = false;
+  bool attached_ = false;  // server_._attach() was called.
+  bool made_ = false;
+  bool paused_delivered_ = false;
+  bool eof_seen_ = false;
+  std::atomic<bool> lost_{false};
+
+  // Any thread.
+  void Close();
+  // Any thread; consumes `exc` (nullptr: None).
+  void ForceClose(PyObject* exc);
+  // Reports `exc` (consumed) the way stdlib's _fatal_error does, then
+  // force-closes with it. Any thread, attached.
+  void Fatal(PyObject* exc, const char* message);
+  // On the connection's strand: delivers pause_writing/resume_writing if
+  // the wanted state changed.
+  void SyncPause();
+  bool OnMyStrand() const { return Strand::Current() == strand_ && strand_ != nullptr; }
+  PyObject* Protocol() {
+    Locked lock(mu_);
+    return Py_XNewRef(protocol_);
+  }
+  // Sends from the buffer until it is empty or the socket is full. Under
+  // mu_. Returns 0, EAGAIN, or another errno.
+  int FlushLocked();
+
+ private:
+  bool Start();
+  void ReadOnce();
+  void FlushIfWritable();
+  void DeliverLost();
+};
+
+// Sends as much of the buffer as the socket takes.
+int Conn::FlushLocked() {
+  while (!wbuf_.empty()) {
+    iovec iov[64];
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(wbuf_.Gather(iov, 64));
+    const ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EWOULDBLOCK ? EAGAIN : errno;
+    }
+    wbuf_.Consume(static_cast<std::size_t>(n));
+  }
+  return 0;
+}
+
+void Conn::Close() {
+  {
+    Locked lock(mu_);
+    if (closing_) return;
+    closing_ = true;
+    if (!wbuf_.empty()) return;  // connection_lost once it is flushed.
+    ++conn_lost_;
+    lost_pending_ = true;
+  }
+  Wake();
+}
+
+void Conn::ForceClose(PyObject* exc) {
+  {
+    Locked lock(mu_);
+    if (conn_lost_ == 0) {
+      wbuf_.Clear();
+      closing_ = true;
+      ++conn_lost_;
+      lost_pending_ = true;
+      lost_exc_ = std::exchange(exc, nullptr);
+    }
+  }
+  Py_XDECREF(exc);
+  Wake();
+}
+
+void Conn::Fatal(PyObject* exc, const char* message) {
+  if (PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
+    // Resets and broken pipes are a peer's business; stdlib only logs them
+    // in debug mode.
+    if (GetDebug(loop_)) {
+      PyObject* res = PyObject_CallMethod(logger, "debug", "sOs", "%r: %s", transport_,
+                                          message);
+      Py_XDECREF(res);
+      PyErr_Clear();
+    }
+  } else {
+    PyObject* protocol = Protocol();
+    ReportToLoop(loop_, message, Py_NewRef(exc),
+                 {{"transport", transport_}, {"protocol", protocol}});
+    Py_XDECREF(protocol);
+  }
+  ForceClose(exc);
+}
+
+void Conn::SyncPause() {
+  bool want;
+  {
+    Locked lock(mu_);
+    want = want_paused_;
+  }
+  if (want == paused_delivered_ || lost_.load(std::memory_order_relaxed)) return;
+  paused_delivered_ = want;
+  PyObject* protocol = Protocol();
+  if (protocol == nullptr) return;
+  PyObject* res = CallMethod(protocol, want ? "pause_writing" : "resume_writing");
+  if (res == nullptr) {
+    PyObject* exc = PyErr_GetRaisedException();
+    if (IsFatalPyError(exc)) {
+      PyErr_SetRaisedException(exc);
+      PyErr_WriteUnraisable(protocol);
+    } else {
+      ReportToLoop(loop_,
+                   want ? "protocol.pause_writing() failed"
+                        : "protocol.resume_writing() failed",
+                   exc, {{"transport", transport_}, {"protocol", protocol}});
+    }
+  }
+  Py_XDECREF(res);
+  Py_DECREF(protocol);
+}
+
+bool Conn::Start() {
+  // An accepted connection makes its protocol here, on its own strand, so
+  // a server's protocol factories run in parallel too.
+  if (factory_ != nullptr) {
+    PyObject* protocol = PyObject_CallNoArgs(factory_);
+    if (protocol == nullptr) {
+      ReportToLoop(loop_, "Error on transport creation for incoming connection",
+                   PyErr_GetRaisedException(), {});
+      return false;
+    }
+    const int buffered = PyObject_IsInstance(protocol, buffered_protocol_type);
+    if (buffered < 0) PyErr_Clear();
+    Locked lock(mu_);
+    protocol_ = protocol;
+    buffered_ = buffered > 0;
+  }
+  if (io_ == nullptr) {
+    io_ = FdTableRegisterTransport(loop_, fd_, transport_);
+    if (io_ == nullptr) {
+      ReportToLoop(loop_, "Error on transport creation for incoming connection",
+                   PyErr_GetRaisedException(), {});
+      return false;
+    }
+  }
+  if (server_ != nullptr) {
+    PyObject* res = CallMethod(server_, "_attach", transport_);
+    if (res == nullptr) PyErr_WriteUnraisable(server_);
+    Py_XDECREF(res);
+    attached_ = true;
+  }
+  return true;
+}
+
+bool Conn::Poll() {
+  if (LoopDeferIfStopped(loop_, this)) return false;
+  if (LoopEnterOnWorker(loop_) < 0) PyErr_WriteUnraisable(loop_);
+  if (!started_) {
+    started_ = true;
+    if (!Start()) {
+      ForceClose(nullptr);
+      DeliverLost();
+      return true;
+    }
+    PyObject* protocol = Protocol();
+    PyObject* res = CallMethod(protocol, "connection_made", transport_);
+    if (res == nullptr) {
+      LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
+    }
+    Py_XDECREF(res);
+    Py_DECREF(protocol);
+    made_ = true;
+    if (waiter_ != nullptr) {
+      PyObject* cancelled = CallMethod(waiter_, "cancelled");
+      if (cancelled == Py_False) {
+        PyObject* r = PyObject_CallMethod(waiter_, "set_result", "O", Py_None);
+        if (r == nullptr) PyErr_WriteUnraisable(waiter_);
+        Py_XDECREF(r);
+      } else if (cancelled == nullptr) {
+        PyErr_WriteUnraisable(waiter_);
+      }
+      Py_XDECREF(cancelled);
+      Py_CLEAR(waiter_);
+    }
+  }
+  SyncPause();
+  FlushIfWritable();
+  ReadOnce();
+  SyncPause();
+  bool lost;
+  {
+    Locked lock(mu_);
+    lost = lost_pending_;
+  }
+  if (lost) {
+    DeliverLost();
+    return true;
+  }
+  return false;
+}
+
+void Conn::OnCancel() {
+  // The runtime stopped scheduling: release the fd and what we hold, with
+  // connection_lost if we still can (attached) and ever made the
+  // connection.
+  if (lost_.load(std::memory_order_relaxed)) return;
+  DropOnAnyThread(loop_, [this](PyObject*) {
+    ForceClose(nullptr);
+    DeliverLost();
+  });
+}
+
+void Conn::FlushIfWritable() {
+  {
+    Locked lock(mu_);
+    if (wbuf_.empty() || lost_pending_) return;
+  }
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kWrite, this);
+  if (!ready) return;  // Armed.
+  int err;
+  bool shut_wr = false;
+  {
+    Locked lock(mu_);
+    err = FlushLocked();
+    if (err == 0) {
+      if (closing_) {
+        // close() waited for the buffer: connection_lost(None) is due.
+        if (conn_lost_ == 0) ++conn_lost_;
+        lost_pending_ = true;
+      } else if (eof_requested_) {
+        shut_wr = true;
+      }
+    }
+    if (want_paused_ && wbuf_.size() <= low_water_) want_paused_ = false;
+  }
+  if (shut_wr) shutdown(fd_, SHUT_WR);
+  if (err == EAGAIN) {
+    driver.ClearReadiness(io_, io::Direction::kWrite, *ready);
+    if (driver.PollReady(io_, io::Direction::kWrite, this)) Wake(rt_task::ScheduleKind::kYield);
+  } else if (err != 0) {
+    PyObject* exc = OsErrorFromErrno(err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    Fatal(exc, "Fatal write error on socket transport");
+  }
+}
+
+void Conn::ReadOnce() {
+  bool buffered;
+  {
+    Locked lock(mu_);
+    if (reading_paused_ || closing_ || lost_pending_) return;
+    buffered = buffered_;
+  }
+  if (eof_seen_) return;
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kRead, this);
+  if (!ready) return;  // Armed.
+  PyObject* protocol = Protocol();
+  if (protocol == nullptr) return;
+  ssize_t n;
+  std::size_t wanted;
+  PyObject* res = nullptr;
+  const char* failure = nullptr;
+  if (buffered) {
+    PyObject* size = PyLong_FromLong(-1);
+    PyObject* buf = size != nullptr ? CallMethod(protocol, "get_buffer", size) : nullptr;
+    Py_XDECREF(size);
+    if (buf == nullptr) {
+      Py_DECREF(protocol);
+      Fatal(PyErr_GetRaisedException(), "Fatal error: protocol.get_buffer() call failed.");
+      return;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0) {
+      Py_DECREF(buf);
+      Py_DECREF(protocol);
+      Fatal(PyErr_GetRaisedException(), "Fatal error: protocol.get_buffer() call failed.");
+      return;
+    }
+    if (view.len == 0) {
+      PyBuffer_Release(&view);
+      Py_DECREF(buf);
+      Py_DECREF(protocol);
+      PyErr_SetString(PyExc_RuntimeError, "get_buffer() returned an empty buffer");
+      Fatal(PyErr_GetRaisedException(), "Fatal error: protocol.get_buffer() call failed.");
+      return;
+    }
+    wanted = static_cast<std::size_t>(view.len);
+    do {
+      n = recv(fd_, view.buf, wanted, 0);
+    } while (n < 0 && errno == EINTR);
+    const int err = errno;
+    PyBuffer_Release(&view);
+    Py_DECREF(buf);
+    errno = err;
+    if (n > 0) {
+      PyObject* nbytes = PyLong_FromSsize_t(n);
+      res = nbytes != nullptr ? CallMethod(protocol, "buffer_updated", nbytes) : nullptr;
+      Py_XDECREF(nbytes);
+      failure = "Fatal error: protocol.buffer_updated() call failed.";
+    }
+  } else {
+    // One reused buffer per worker: data_received gets a bytes copy of
+    // just what arrived.
+    thread_local std::unique_ptr<char[]> buffer(new char[kReadSize]);
+    wanted = kReadSize;
+    do {
+      n = recv(fd_, buffer.get(), wanted, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+      PyObject* data = PyBytes_FromStringAndSize(buffer.get(), n);
+      res = data != nullptr ? CallMethod(protocol, "data_received", data) : nullptr;
+      Py_XDECREF(data);
+      failure = "Fatal error: protocol.data_received() call failed.";
+    }
+  }
+  if (n < 0) {
+    const int err = errno;
+    Py_DECREF(protocol);
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+      if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
+      return;
+    }
+    PyObject* exc = OsErrorFromErrno(err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    Fatal(exc, "Fatal read error on socket transport");
+    return;
+  }
+  if (n == 0) {
+    eof_seen_ = true;
+    if (GetDebug(loop_)) {
+      PyObject* r = PyObject_CallMethod(logger, "debug", "sO", "%r received EOF", transport_);
+      Py_XDECREF(r);
+      PyErr_Clear();
+    }
+    PyObject* keep_open = CallMethod(protocol, "eof_received");
+    Py_DECREF(protocol);
+    if (keep_open == nullptr) {
+      Fatal(PyErr_GetRaisedException(), "Fatal error: protocol.eof_received() call failed.");
+      return;
+    }
+    const int keep = PyObject_IsTrue(keep_open);
+    Py_DECREF(keep_open);
+    if (keep < 0) PyErr_Clear();
+    if (keep <= 0) Close();
+    return;
+  }
+  Py_DECREF(protocol);
+  if (res == nullptr) {
+    PyObject* exc = PyErr_GetRaisedException();
+    if (IsFatalPyError(exc)) {
+      PyErr_SetRaisedException(exc);
+      PyErr_WriteUnraisable(transport_);
+      return;
+    }
+    Fatal(exc, failure);
+    return;
+  }
+  Py_DECREF(res);
+  if (static_cast<std::size_t>(n) < wanted) {
+    // A short read drained the socket: forget the readiness we saw (a newer
+    // event keeps it) and arm.
+    driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+    if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
+  } else {
+    Wake(rt_task::ScheduleKind::kYield);  // More may wait; others go first.
+  }
+}
+
+void Conn::DeliverLost() {
+  if (lost_.exchange(true)) return;
+  PyObject* exc;
+  PyObject* protocol;
+  {
+    Locked lock(mu_);
+    exc = std::exchange(lost_exc_, nullptr);
+    protocol = std::exchange(protocol_, nullptr);
+    wbuf_.Clear();
+  }
+  if (io_ != nullptr) FdTableUnregisterTransport(loop_, fd_);
+  if (made_ && protocol != nullptr) {
+    PyObject* res = CallMethod(protocol, "connection_lost", exc != nullptr ? exc : Py_None);
+    if (res == nullptr) {
+      LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
+    }
+    Py_XDECREF(res);
+  }
+  PyObject* res = CallMethod(sock_, "close");
+  if (res == nullptr) PyErr_WriteUnraisable(sock_);
+  Py_XDECREF(res);
+  if (attached_) {
+    PyObject* r = CallMethod(server_, "_detach", transport_);
+    if (r == nullptr) PyErr_WriteUnraisable(server_);
+    Py_XDECREF(r);
+  }
+  if (waiter_ != nullptr) {
+    // Never made: the waiter of create_connection learns why.
+    PyObject* r = PyObject_CallMethod(waiter_, "cancel", nullptr);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    Py_CLEAR(waiter_);
+  }
+  Py_XDECREF(exc);
+  Py_XDECREF(protocol);
+  Py_CLEAR(server_);
+  Py_CLEAR(factory_);
+  Py_CLEAR(transport_);  // The connection's hold on its Python object.
+}
+
+// --- SocketTransport ---------------------------------------------------------------
+
+struct TransportObject {
+  PyObject_HEAD
+  Conn* conn;  // One reference.
+  PyObject* weakreflist;
+};
+
+Conn* ConnOf(PyObject* self) { return reinterpret_cast<TransportObject*>(self)->conn; }
+
+int Transport_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  Conn* c = ConnOf(self);
+  if (c != nullptr) {
+    Py_VISIT(c->extra_);
+  }
+  return 0;
+}
+
+void Transport_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  auto* t = reinterpret_cast<TransportObject*>(self);
+  if (t->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
+  if (t->conn != nullptr) std::exchange(t->conn, nullptr)->Unref();
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+// Views a bytes-like object as stdlib's transports accept it.
+int GetData(PyObject* data, Py_buffer* view) {
+  if (!PyBytes_Check(data) && !PyByteArray_Check(data) && !PyMemoryView_Check(data)) {
+    PyErr_Format(PyExc_TypeError,
+                 "data argument must be a bytes, bytearray, or memoryview "
+                 "object, not '%s'",
+                 Py_TYPE(data)->tp_name);
+    return -1;
+  }
+  return PyObject_GetBuffer(data, view, PyBUF_SIMPLE);
+}
+
+// What write()/writelines() do with their data once it is viewed.
+PyObject* WriteViews(PyObject* self, Py_buffer* views, std::size_t count,
+                     const char* method) {
+  Conn* c = ConnOf(self);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) total += static_cast<std::size_t>(views[i].len);
+  int err = 0;
+  bool after_eof = false;
+  bool warn = false;
+  bool wake = false;
+  bool pause = false;
+  {
+    Locked lock(c->mu_);
+    if (c->eof_requested_) {
+      after_eof = true;
+    } else if (total == 0) {
+      // Nothing to do.
+    } else if (c->conn_lost_ > 0) {
+      warn = c->conn_lost_ >= kLogConnLostWrites;
+      ++c->conn_lost_;
+    } else {
+      const bool was_empty = c->wbuf_.empty();
+      std::size_t skip = 0;
+      if (was_empty && !c->lost_pending_) {
+        // Nothing queued: try the socket first, buffer only what is left.
+        iovec iov[64];
+        std::size_t n = std::min<std::size_t>(count, 64);
+        for (std::size_t i = 0; i < n; ++i) {
+          iov[i].iov_base = views[i].buf;
+          iov[i].iov_len = static_cast<std::size_t>(views[i].len);
+        }
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = n;
+        ssize_t sent;
+        do {
+          sent = sendmsg(c->fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        } while (sent < 0 && errno == EINTR);
+        if (sent >= 0) {
+          skip = static_cast<std::size_t>(sent);
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          err = errno;
+        }
+      }
+      if (err == 0) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const auto len = static_cast<std::size_t>(views[i].len);
+          if (skip >= len) {
+            skip -= len;
+            continue;
+          }
+          c->wbuf_.Append(static_cast<const char*>(views[i].buf) + skip, len - skip);
+          skip = 0;
+        }
+        wake = was_empty && !c->wbuf_.empty();
+        if (!c->want_paused_ && c->wbuf_.size() > c->high_water_) {
+          c->want_paused_ = true;
+          pause = true;
+        }
+      }
+    }
+  }
+  if (after_eof) {
+    PyErr_Format(PyExc_RuntimeError, "Cannot call %s() after write_eof()", method);
+    return nullptr;
+  }
+  if (warn) {
+    PyObject* r = PyObject_CallMethod(logger, "warning", "s", "socket.send() raised exception.");
+    Py_XDECREF(r);
+    PyErr_Clear();
+  }
+  if (err != 0) {
+    PyObject* exc = OsErrorFromErrno(err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    c->Fatal(exc, "Fatal write error on socket transport");
+    Py_RETURN_NONE;
+  }
+  // The unit flushes what is buffered (arming for writability).
+  if (wake) c->Wake();
+  if (pause) {
+    if (c->OnMyStrand()) {
+      c->SyncPause();  // As stdlib: pause_writing() before write() returns.
+    } else if (!wake) {
+      c->Wake();  // The unit delivers it, in order with its callbacks.
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_write(PyObject* self, PyObject* data) {
+  Py_buffer view;
+  if (GetData(data, &view) < 0) return nullptr;
+  PyObject* res = WriteViews(self, &view, 1, "write");
+  PyBuffer_Release(&view);
+  return res;
+}
+
+PyObject* Transport_writelines(PyObject* self, PyObject* list_of_data) {
+  PyObject* seq = PySequence_Fast(list_of_data, "writelines() argument must be iterable");
+  if (seq == nullptr) return nullptr;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  std::vector<Py_buffer> views(static_cast<std::size_t>(n));
+  Py_ssize_t got = 0;
+  PyObject* res = nullptr;
+  for (; got < n; ++got) {
+    if (GetData(PySequence_Fast_GET_ITEM(seq, got), &views[got]) < 0) break;
+  }
+  if (got == n) res = WriteViews(self, views.data(), views.size(), "writelines");
+  for (Py_ssize_t i = 0; i < got; ++i) PyBuffer_Release(&views[i]);
+  Py_DECREF(seq);
+  return res;
+}
+
+PyObject* Transport_write_eof(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  bool shut_now = false;
+  {
+    Locked lock(c->mu_);
+    if (c->closing_ || c->eof_requested_) Py_RETURN_NONE;
+    c->eof_requested_ = true;
+    shut_now = c->wbuf_.empty();
+  }
+  if (shut_now && shutdown(c->fd_, SHUT_WR) != 0 && errno != ENOTCONN) {
+    return PyErr_SetFromErrno(PyExc_OSError);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_can_write_eof(PyObject*, PyObject*) { Py_RETURN_TRUE; }
+
+PyObject* Transport_close(PyObject* self, PyObject*) {
+  ConnOf(self)->Close();
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_abort(PyObject* self, PyObject*) {
+  ConnOf(self)->ForceClose(nullptr);
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_is_closing(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  Locked lock(c->mu_);
+  return PyBool_FromLong(c->closing_);
+}
+
+PyObject* Transport_is_reading(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  Locked lock(c->mu_);
+  return PyBool_FromLong(!c->closing_ && !c->reading_paused_);
+}
+
+PyObject* Transport_pause_reading(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  Locked lock(c->mu_);
+  if (!c->closing_) c->reading_paused_ = true;
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_resume_reading(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  {
+    Locked lock(c->mu_);
+    if (c->closing_ || !c->reading_paused_) Py_RETURN_NONE;
+    c->reading_paused_ = false;
+  }
+  c->Wake();
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_get_extra_info(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_SetString(PyExc_TypeError, "get_extra_info(name, default=None)");
+    return nullptr;
+  }
+  PyObject* dflt = nargs == 2 ? args[1] : Py_None;
+  Conn* c = ConnOf(self);
+  if (c->extra_ == nullptr) return Py_NewRef(dflt);
+  PyObject* value;
+  const int found = PyDict_GetItemRef(c->extra_, args[0], &value);
+  if (found < 0) return nullptr;
+  return found ? value : Py_NewRef(dflt);
+}
+
+PyObject* Transport_set_protocol(PyObject* self, PyObject* protocol) {
+  const int buffered = PyObject_IsInstance(protocol, buffered_protocol_type);
+  if (buffered < 0) return nullptr;
+  Conn* c = ConnOf(self);
+  PyObject* old;
+  {
+    Locked lock(c->mu_);
+    old = std::exchange(c->protocol_, Py_NewRef(protocol));
+    c->buffered_ = buffered > 0;
+  }
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_get_protocol(PyObject* self, PyObject*) {
+  PyObject* p = ConnOf(self)->Protocol();
+  return p != nullptr ? p : Py_NewRef(Py_None);
+}
+
+PyObject* Transport_get_write_buffer_size(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  std::size_t size;
+  {
+    Locked lock(c->mu_);
+    size = c->wbuf_.size();
+  }
+  return PyLong_FromSize_t(size);
+}
+
+PyObject* Transport_get_write_buffer_limits(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  std::size_t low, high;
+  {
+    Locked lock(c->mu_);
+    low = c->low_water_;
+    high = c->high_water_;
+  }
+  return Py_BuildValue("(nn)", static_cast<Py_ssize_t>(low), static_cast<Py_ssize_t>(high));
+}
+
+PyObject* Transport_set_write_buffer_limits(PyObject* self, PyObject* args, PyObject* kwds) {
+  static const char* kwlist[] = {"high", "low", nullptr};
+  PyObject* high_obj = Py_None;
+  PyObject* low_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:set_write_buffer_limits",
+                                   const_cast<char**>(kwlist), &high_obj, &low_obj)) {
+    return nullptr;
+  }
+  // stdlib's rules: high defaults to 64 KiB (or 4 * low), low to high // 4.
+  long long high, low;
+  if (high_obj == Py_None) {
+    if (low_obj == Py_None) {
+      high = static_cast<long long>(kDefaultHighWater);
+    } else {
+      low = PyLong_AsLongLong(low_obj);
+      if (low == -1 && PyErr_Occurred()) return nullptr;
+      high = 4 * low;
+    }
+  } else {
+    high = PyLong_AsLongLong(high_obj);
+    if (high == -1 && PyErr_Occurred()) return nullptr;
+  }
+  if (low_obj == Py_None) {
+    low = high >= 0 ? high / 4 : -((3 - high) / 4);  // Python's floor division.
+  } else {
+    low = PyLong_AsLongLong(low_obj);
+    if (low == -1 && PyErr_Occurred()) return nullptr;
+  }
+  if (!(high >= low && low >= 0)) {
+    PyErr_Format(PyExc_ValueError, "high (%lld) must be >= low (%lld) must be >= 0", high,
+                 low);
+    return nullptr;
+  }
+  Conn* c = ConnOf(self);
+  bool pause = false;
+  {
+    Locked lock(c->mu_);
+    c->high_water_ = static_cast<std::size_t>(high);
+    c->low_water_ = static_cast<std::size_t>(low);
+    if (!c->want_paused_ && c->wbuf_.size() > c->high_water_) {
+      c->want_paused_ = true;
+      pause = true;
+    }
+  }
+  if (pause && c->OnMyStrand()) {
+    c->SyncPause();
+  } else if (pause) {
+    c->Wake();
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_repr(PyObject* self) {
+  Conn* c = ConnOf(self);
+  bool closing, lost, paused;
+  std::size_t size;
+  {
+    Locked lock(c->mu_);
+    closing = c->closing_;
+    lost = c->conn_lost_ > 0 && c->lost_.load(std::memory_order_relaxed);
+    paused = c->reading_paused_;
+    size = c->wbuf_.size();
+  }
+  std::string state = lost ? " closed" : closing ? " closing" : "";
+  return PyUnicode_FromFormat("<%s%s fd=%d read=%s write=<%s, bufsize=%zu>>",
+                              Py_TYPE(self)->tp_name, state.c_str(), c->fd_,
+                              lost || closing ? "idle" : paused ? "paused" : "polling",
+                              size > 0 ? "polling" : "idle", size);
+}
+
+PyMethodDef transport_methods[] = {
+    {"write", Transport_write, METH_O, "Write bytes-like data (any thread)."},
+    {"writelines", Transport_writelines, METH_O, "Write a list of bytes-like objects."},
+    {"write_eof", Transport_write_eof, METH_NOARGS,
+     "Close the write end after the buffer is flushed."},
+    {"can_write_eof", Transport_can_write_eof, METH_NOARGS, "True."},
+    {"close", Transport_close, METH_NOARGS,
+     "Close after flushing; connection_lost(None) follows."},
+    {"abort", Transport_abort, METH_NOARGS, "Close at once, dropping the buffer."},
+    {"is_closing", Transport_is_closing, METH_NOARGS, nullptr},
+    {"is_reading", Transport_is_reading, METH_NOARGS, nullptr},
+    {"pause_reading", Transport_pause_reading, METH_NOARGS, nullptr},
+    {"resume_reading", Transport_resume_reading, METH_NOARGS, nullptr},
+    {"get_extra_info",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_get_extra_info)),
+     METH_FASTCALL, nullptr},
+    {"set_protocol", Transport_set_protocol, METH_O, nullptr},
+    {"get_protocol", Transport_get_protocol, METH_NOARGS, nullptr},
+    {"get_write_buffer_size", Transport_get_write_buffer_size, METH_NOARGS, nullptr},
+    {"get_write_buffer_limits", Transport_get_write_buffer_limits, METH_NOARGS, nullptr},
+    {"set_write_buffer_limits",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+         Transport_set_write_buffer_limits)),
+     METH_VARARGS | METH_KEYWORDS, nullptr},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyMemberDef transport_members[] = {
+    {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(TransportObject, weakreflist), Py_READONLY,
+     nullptr},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyObject* Transport_new_refused(PyTypeObject*, PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_TypeError,
+                  "SocketTransport objects are made by the loop "
+                  "(create_connection, create_server, ...)");
+  return nullptr;
+}
+
+PyType_Slot transport_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(Transport_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Transport_traverse)},
+    {Py_tp_repr, reinterpret_cast<void*>(Transport_repr)},
+    {Py_tp_methods, transport_methods},
+    {Py_tp_members, transport_members},
+    {Py_tp_new, reinterpret_cast<void*>(Transport_new_refused)},
+    {Py_tp_doc, const_cast<char*>(
+                    "A stream socket's transport on the parallel loop: one "
+                    "connection's protocol callbacks run in order, never at "
+                    "once; write() is safe from any thread.")},
+    {0, nullptr},
+};
+
+PyType_Spec transport_spec = {
+    "mt_asyncio._core.SocketTransport",
+    sizeof(TransportObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    transport_slots,
+};
+
+// A transport object around a new connection unit for `sock` (which the
+// unit owns from now on). New reference or nullptr.
+PyObject* NewTransport(PyObject* loop, PyObject* sock, Conn** out) {
+  PyObject* fileno = CallMethod(sock, "fileno");
+  if (fileno == nullptr) return nullptr;
+  const int fd = PyLong_AsInt(fileno);
+  Py_DECREF(fileno);
+  if (fd == -1 && PyErr_Occurred()) return nullptr;
+  if (fd < 0) {
+    PyErr_SetString(PyExc_ValueError, "the socket is closed");
+    return nullptr;
+  }
+  auto* t = PyObject_GC_New(TransportObject, transport_type);
+  if (t == nullptr) return nullptr;
+  t->weakreflist = nullptr;
+  t->conn = new Conn(loop, sock, fd);
+  t->conn->transport_ = Py_NewRef(reinterpret_cast<PyObject*>(t));
+  PyObject_GC_Track(t);
+  *out = t->conn;
+  return reinterpret_cast<PyObject*>(t);
+}
+
+// Stdlib's extra info: socket (a TransportSocket), sockname, peername.
+PyObject* MakeExtra(PyObject* sock, PyObject* extra) {
+  PyObject* d = extra != nullptr && extra != Py_None ? PyDict_Copy(extra) : PyDict_New();
+  if (d == nullptr) return nullptr;
+  PyObject* ts = PyObject_CallOneArg(transport_socket_type, sock);
+  if (ts == nullptr || PyDict_SetItemString(d, "socket", ts) < 0) {
+    Py_XDECREF(ts);
+    Py_DECREF(d);
+    return nullptr;
+  }
+  Py_DECREF(ts);
+  for (const char* key : {"sockname", "peername"}) {
+    if (PyDict_GetItemString(d, key) != nullptr) continue;
+    PyObject* v = CallMethod(sock, key[0] == 's' ? "getsockname" : "getpeername");
+    if (v == nullptr) {
+      if (!PyErr_ExceptionMatches(PyExc_OSError)) {
+        Py_DECREF(d);
+        return nullptr;
+      }
+      PyErr_Clear();
+      v = Py_NewRef(Py_None);
+    }
+    PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+  }
+  return d;
+}
+
+void SetNoDelay(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
+  if (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) return;
+  int type = 0;
+  socklen_t tlen = sizeof(type);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM) return;
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// _make_socket_transport(loop, sock, protocol, waiter, extra, server)
+//
+// A client-side (or connect_accepted_socket) connection. It runs on the
+// calling strand if there is one; otherwise on a new strand that the
+// calling task joins, so the task that reads what the protocol is fed
+// never runs at the same time as the protocol's callbacks.
+PyObject* MakeSocketTransport(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6 || !IsLoop(args[0])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "_make_socket_transport(loop, sock, protocol, waiter, extra, server)");
+    return nullptr;
+  }
+  PyObject* loop = args[0];
+  PyObject* sock = args[1];
+  PyObject* protocol = args[2];
+  const int buffered = PyObject_IsInstance(protocol, buffered_protocol_type);
+  if (buffered < 0) return nullptr;
+  PyObject* extra = MakeExtra(sock, args[4]);
+  if (extra == nullptr) return nullptr;
+  Conn* c;
+  PyObject* transport = NewTransport(loop, sock, &c);
+  if (transport == nullptr) {
+    Py_DECREF(extra);
+    return nullptr;
+  }
+  c->extra_ = extra;
+  c->protocol_ = Py_NewRef(protocol);
+  c->buffered_ = buffered > 0;
+  if (args[3] != Py_None) c->waiter_ = Py_NewRef(args[3]);
+  if (args[5] != Py_None) c->server_ = Py_NewRef(args[5]);
+  c->io_ = FdTableRegisterTransport(loop, c->fd_, transport);
+  if (c->io_ == nullptr) {
+    // Never started: break the unit's hold on the object by hand.
+    c->lost_.store(true);
+    Py_CLEAR(c->transport_);
+    Py_DECREF(transport);
+    return nullptr;
+  }
+  SetNoDelay(c->fd_);
+  Strand* strand = Strand::Current();
+  if (strand == nullptr) {
+    strand = Strand::Create(LoopRuntime(loop).executor());
+    if (rt_task::Task* unit = CurrentTaskUnit()) unit->set_executor(strand);
+    c->set_executor(strand);
+    strand->Unref();
+  } else {
+    c->set_executor(strand);
+  }
+  c->strand_ = strand;
+  c->Ref();  // The wake's; LoopWake takes its own if it defers.
+  LoopWake(loop, c);
+  c->Unref();
+  return transport;
+}
+
+// --- _Listener: the accept loop --------------------------------------------------
+
+struct ListenerObject;
+
+class Acceptor final : public rt_task::Task {
+ public:
+  Acceptor(PyObject* loop, PyObject* sock, PyObject* factory, PyObject* server, int fd,
+           int family, int type, int proto, int backlog)
+      : Task(/*scheduled=*/false),
+        loop_(Py_NewRef(loop)),
+        sock_(Py_NewRef(sock)),
+        factory_(Py_NewRef(factory)),
+        server_(Py_NewRef(server)),
+        fd_(fd),
+        family_(family),
+        type_(type),
+        proto_(proto),
+        backlog_(std::clamp(backlog, 1, kMaxAcceptsPerPoll)) {}
+  ~Acceptor() override {
+    DecRefAnyThread(loop_);
+    DecRefAnyThread(sock_);
+    DecRefAnyThread(factory_);
+    DecRefAnyThread(server_);
+  }
+  bool Poll() override;
+
+  PyObject* const loop_;
+  PyObject* const sock_;
+  PyObject* const factory_;
+  PyObject* const server_;
+  const int fd_;
+  const int family_, type_, proto_;
+  const int backlog_;
+  io::ScheduledIo* io_ = nullptr;
+  std::atomic<bool> closed_{false};
+  // Wakes the acceptor a second after accept() ran out of descriptors.
+  runtime::time::TimerEntry retry_;
+  std::chrono::steady_clock::time_point retry_at_{};  // Only the unit.
+
+ private:
+  void StartConnection(int fd);
+};
+
+void Acceptor::StartConnection(int fd) {
+  PyObject* sock = PyObject_CallFunction(socket_type, "iiii", family_, type_ | SOCK_NONBLOCK,
+                                         proto_, fd);
+  if (sock == nullptr) {
+    close(fd);
+    ReportToLoop(loop_, "Error on transport creation for incoming connection",
+                 PyErr_GetRaisedException(), {});
+    return;
+  }
+  SetNoDelay(fd);
+  Conn* c;
+  PyObject* transport = NewTransport(loop_, sock, &c);
+  if (transport == nullptr) {
+    PyObject* r = CallMethod(sock, "close");
+    Py_XDECREF(r);
+    Py_DECREF(sock);
+    ReportToLoop(loop_, "Error on transport creation for incoming connection",
+                 PyErr_GetRaisedException(), {});
+    return;
+  }
+  c->extra_ = MakeExtra(sock, nullptr);
+  if (c->extra_ == nullptr) PyErr_Clear();
+  Py_DECREF(sock);
+  c->factory_ = Py_NewRef(factory_);
+  c->server_ = Py_NewRef(server_);
+  // A strand of its own, queued on this worker: idle workers steal it, so
+  // connections from one listening socket spread over every worker.
+  Strand* strand = Strand::Create(LoopRuntime(loop_).executor());
+  c->set_executor(strand);
+  c->strand_ = strand;
+  strand->Unref();
+  c->Ref();
+  LoopWake(loop_, c);
+  c->Unref();
+  Py_DECREF(transport);  // The unit holds it until connection_lost.
+}
+
+bool Acceptor::Poll() {
+  if (closed_.load(std::memory_order_acquire)) return true;
+  if (LoopDeferIfStopped(loop_, this)) return false;
+  // Backing off after running out of descriptors: the retry timer wakes us.
+  if (std::chrono::steady_clock::now() < retry_at_) return false;
+  if (LoopEnterOnWorker(loop_) < 0) PyErr_WriteUnraisable(loop_);
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kRead, this);
+  if (!ready) return false;
+  for (int i = 0; i < backlog_; ++i) {
+    if (closed_.load(std::memory_order_acquire)) return true;
+    const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      StartConnection(fd);
+      continue;
+    }
+    const int err = errno;
+    if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+      if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
+      return false;
+    }
+    PyObject* exc = OsErrorFromErrno(err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    PyObject* ts = PyObject_CallOneArg(transport_socket_type, sock_);
+    if (ts == nullptr) PyErr_Clear();
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+      // Out of descriptors or memory: report, and try again in a second
+      // (stdlib's ACCEPT_RETRY_DELAY) rather than spin.
+      ReportToLoop(loop_, "socket.accept() out of system resource", exc, {{"socket", ts}});
+      Py_XDECREF(ts);
+      retry_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      LoopRuntime(loop_).driver().timers().Arm(&retry_, retry_at_, this);
+      return false;
+    }
+    ReportToLoop(loop_, "Error on accepting a connection", exc, {{"socket", ts}});
+    Py_XDECREF(ts);
+    return false;
+  }
+  Wake(rt_task::ScheduleKind::kYield);  // More may wait; others go first.
+  return false;
+}
+
+struct ListenerObject {
+  PyObject_HEAD
+  Acceptor* acceptor;  // One reference; nullptr once closed.
+};
+
+int Listener_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  return 0;
+}
+
+void CloseAcceptor(ListenerObject* l) {
+  Acceptor* a = std::exchange(l->acceptor, nullptr);
+  if (a == nullptr) return;
+  a->closed_.store(true, std::memory_order_release);
+  if (a->io_ != nullptr) FdTableUnregisterTransport(a->loop_, a->fd_);
+  LoopRuntime(a->loop_).driver().timers().Cancel(&a->retry_);
+  a->Cancel();
+  a->Unref();
+}
+
+void Listener_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  CloseAcceptor(reinterpret_cast<ListenerObject*>(self));
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+// _Listener(loop, sock, protocol_factory, server, backlog): accepts on
+// `sock` (listening, non-blocking) until close(); each connection gets
+// protocol_factory() and a transport, and server._attach/_detach.
+PyObject* Listener_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  PyObject *loop, *sock, *factory, *server;
+  int backlog;
+  if (!PyArg_ParseTuple(args, "OOOOi:_Listener", &loop, &sock, &factory, &server, &backlog)) {
+    return nullptr;
+  }
+  if (!IsLoop(loop)) {
+    PyErr_SetString(PyExc_TypeError, "_Listener needs an mt_asyncio loop");
+    return nullptr;
+  }
+  int values[4];
+  const char* names[] = {"fileno", "family", "type", "proto"};
+  for (int i = 0; i < 4; ++i) {
+    PyObject* v = i == 0 ? CallMethod(sock, names[i]) : PyObject_GetAttrString(sock, names[i]);
+    if (v == nullptr) return nullptr;
+    values[i] = PyLong_AsInt(v);
+    Py_DECREF(v);
+    if (values[i] == -1 && PyErr_Occurred()) return nullptr;
+  }
+  auto* self = reinterpret_cast<ListenerObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  auto* a = new Acceptor(loop, sock, factory, server, values[0], values[1], values[2],
+                         values[3], backlog);
+  a->io_ = FdTableRegisterTransport(loop, values[0], server);
+  if (a->io_ == nullptr) {
+    a->Unref();
+    Py_DECREF(self);
+    return nullptr;
+  }
+  a->set_executor(LoopRuntime(loop).executor());
+  self->acceptor = a;
+  a->Ref();
+  LoopWake(loop, a);
+  a->Unref();
+  return reinterpret_cast<PyObject*>(self);
+}
+
+PyObject* Listener_close(PyObject* self, PyObject*) {
+  CloseAcceptor(reinterpret_cast<ListenerObject*>(self));
+  Py_RETURN_NONE;
+}
+
+// After a pause for resources: look at the socket again.
+PyObject* Listener_resume(PyObject* self, PyObject*) {
+  Acceptor* a = reinterpret_cast<ListenerObject*>(self)->acceptor;
+  if (a != nullptr) a->Wake();
+  Py_RETURN_NONE;
+}
+
+PyMethodDef listener_methods[] = {
+    {"close", Listener_close, METH_NOARGS, "Stop accepting (the socket stays open)."},
+    {"resume", Listener_resume, METH_NOARGS, "Look for connections again."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyType_Slot listener_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(Listener_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Listener_traverse)},
+    {Py_tp_new, reinterpret_cast<void*>(Listener_new)},
+    {Py_tp_methods, listener_methods},
+    {0, nullptr},
+};
+
+PyType_Spec listener_spec = {
+    "mt_asyncio._core._Listener",
+    sizeof(ListenerObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    listener_slots,
+};
+
+PyMethodDef module_methods[] = {
+    {"_make_socket_transport",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MakeSocketTransport)),
+     METH_FASTCALL, "A transport for a connected stream socket."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyObject* ImportAttr(const char* module, const char* name) {
+  PyObject* m = PyImport_ImportModule(module);
+  if (m == nullptr) return nullptr;
+  PyObject* v = PyObject_GetAttrString(m, name);
+  Py_DECREF(m);
+  return v;
+}
+
+}  // namespace
+
+int RegisterTransportTypes(PyObject* module) {
+  transport_socket_type = ImportAttr("asyncio.trsock", "TransportSocket");
+  buffered_protocol_type = ImportAttr("asyncio.protocols", "BufferedProtocol");
+  socket_type = ImportAttr("socket", "socket");
+  logger = ImportAttr("asyncio.log", "logger");
+  if (transport_socket_type == nullptr || buffered_protocol_type == nullptr ||
+      socket_type == nullptr || logger == nullptr) {
+    return -1;
+  }
+  transport_type = reinterpret_cast<PyTypeObject*>(
+      PyType_FromModuleAndSpec(module, &transport_spec, nullptr));
+  listener_type = reinterpret_cast<PyTypeObject*>(
+      PyType_FromModuleAndSpec(module, &listener_spec, nullptr));
+  if (transport_type == nullptr || listener_type == nullptr) return -1;
+  if (PyModule_AddObjectRef(module, "SocketTransport",
+                            reinterpret_cast<PyObject*>(transport_type)) < 0 ||
+      PyModule_AddObjectRef(module, "_Listener", reinterpret_cast<PyObject*>(listener_type)) <
+          0) {
+    return -1;
+  }
+  return PyModule_AddFunctions(module, module_methods);
+}
+
+}  // namespace mt::pyext
