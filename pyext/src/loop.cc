@@ -1216,7 +1216,9 @@ void LoopCancelHandle(PyObject* handle) {
 
 void LoopWake(PyObject* loop, task::Task* unit) {
   LoopState* st = StateOf(loop);
-  unit->set_executor(LoopExecutor(loop));
+  // A unit made without an executor in mind goes where its maker runs; a
+  // connection's unit comes bound to its strand already.
+  if (unit->executor() == nullptr) unit->set_executor(LoopExecutor(loop));
   if (!st->running_flag.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(st->mu);
     if (!st->running) {
@@ -1263,7 +1265,7 @@ PyObject* LoopCreateTaskCore(PyObject* loop, PyObject* coro) {
 
 bool LoopStartEagerly(PyObject* loop, task::Task* unit) {
   if (!LoopRunsOnThisThread(loop)) return false;
-  unit->set_executor(LoopExecutor(loop));
+  if (unit->executor() == nullptr) unit->set_executor(LoopExecutor(loop));
   // Claim the unit as if a worker had taken it off a queue, then run its
   // first step here; a wake during the step requeues it as usual.
   if (unit->state().TransitionToScheduled() == task::State::WakeAction::kSubmit) {

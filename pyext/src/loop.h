@@ -30,7 +30,8 @@ int RegisterLoopTypes(PyObject* module);
 bool IsLoop(PyObject* obj);
 
 // Makes `unit` (an idle runtime task whose reference the loop now shares)
-// runnable: woken now if the loop runs, else deferred until it does.
+// runnable: woken now if the loop runs, else deferred until it does. A
+// unit not bound to an executor yet is bound to LoopExecutor(loop).
 void LoopWake(PyObject* loop, runtime::task::Task* unit);
 
 // While one of these is alive on a thread, the first steps of tasks that

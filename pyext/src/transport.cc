@@ -607,16 +607,19 @@ void Conn::DeliverLost() {
     wbuf_.Clear();
   }
   if (io_ != nullptr) FdTableUnregisterTransport(loop_, fd_);
+  // Closed before connection_lost (stdlib closes it just after): whoever
+  // connection_lost wakes on another worker finds the descriptor gone
+  // already, as a one-thread loop's caller would.
+  PyObject* res = CallMethod(sock_, "close");
+  if (res == nullptr) PyErr_WriteUnraisable(sock_);
+  Py_XDECREF(res);
   if (made_ && protocol != nullptr) {
-    PyObject* res = CallMethod(protocol, "connection_lost", exc != nullptr ? exc : Py_None);
+    res = CallMethod(protocol, "connection_lost", exc != nullptr ? exc : Py_None);
     if (res == nullptr) {
       LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
     }
     Py_XDECREF(res);
   }
-  PyObject* res = CallMethod(sock_, "close");
-  if (res == nullptr) PyErr_WriteUnraisable(sock_);
-  Py_XDECREF(res);
   if (attached_) {
     PyObject* r = CallMethod(server_, "_detach", transport_);
     if (r == nullptr) PyErr_WriteUnraisable(server_);

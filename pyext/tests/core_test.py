@@ -53,7 +53,7 @@ def test_asyncio_namespace_runs_on_the_parallel_loop():
     try:
         assert mt_aio.run(main()) == ("EventLoop", True)
         with pytest.raises(NotImplementedError, match="not implemented"):
-            mt_aio.open_connection("localhost", 1)
+            mt_aio.create_subprocess_exec("true")
         with pytest.raises(AttributeError):
             mt_aio.no_such_name
     finally:

@@ -48,11 +48,14 @@ def make_recorder(aio):
             self.log = []
             self.data = bytearray()
             self.transport = None
-            self.done = aio.get_running_loop().create_future()
+            loop = aio.get_running_loop()
+            self.made = loop.create_future()
+            self.done = loop.create_future()
 
         def connection_made(self, transport):
             self.transport = transport
             self.log.append("made")
+            self.made.set_result(None)
 
         def data_received(self, data):
             if not self.log or self.log[-1] != "data":

@@ -22,6 +22,9 @@ async def _pair(aio, server_protocol_cls, client_protocol_cls, **server_kwargs):
     ct, cp = await loop.create_connection(client_protocol_cls, "127.0.0.1",
                                           port_of(server))
     sp = await aio.wait_for(accepted, TIMEOUT)
+    # connection_made has run on the server side too (with one thread the
+    # accept callbacks all run before the client's waiter resolves).
+    await aio.wait_for(sp.made, TIMEOUT)
     return server, sp, ct, cp
 
 
@@ -231,10 +234,12 @@ async def proto_buffered_protocol(aio):
             self.buf = bytearray(7)
             self.chunks = []
             self.transport = None
+            self.made = loop.create_future()
             self.done = loop.create_future()
 
         def connection_made(self, transport):
             self.transport = transport
+            self.made.set_result(None)
 
         def get_buffer(self, sizehint):
             return self.buf
@@ -269,10 +274,12 @@ async def proto_buffered_empty_buffer_is_an_error(aio):
     class Empty(aio.BufferedProtocol):
         def __init__(self):
             self.transport = None
+            self.made = loop.create_future()
             self.done = loop.create_future()
 
         def connection_made(self, transport):
             self.transport = transport
+            self.made.set_result(None)
 
         def get_buffer(self, sizehint):
             return bytearray()
