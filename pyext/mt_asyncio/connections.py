@@ -449,6 +449,120 @@ class ConnectionMethods:
             await server.start_serving()
         return server
 
+    async def create_datagram_endpoint(
+            self, protocol_factory, local_addr=None, remote_addr=None, *,
+            family=0, proto=0, flags=0, reuse_port=None, allow_broadcast=None,
+            sock=None):
+        """A datagram endpoint (UDP, or Unix datagram with family=AF_UNIX):
+        bound to local_addr, connected to remote_addr, or on sock."""
+        if sock is not None:
+            if sock.type == socket.SOCK_STREAM:
+                raise ValueError(
+                    f"A datagram socket was expected, got {sock!r}")
+            if (local_addr or remote_addr or family or proto or flags or
+                    reuse_port or allow_broadcast):
+                opts = dict(local_addr=local_addr, remote_addr=remote_addr,
+                            family=family, proto=proto, flags=flags,
+                            reuse_port=reuse_port,
+                            allow_broadcast=allow_broadcast)
+                problems = ", ".join(f"{k}={v}" for k, v in opts.items() if v)
+                raise ValueError(
+                    "socket modifier keyword arguments can not be used "
+                    f"when sock is specified. ({problems})")
+            sock.setblocking(False)
+            r_addr = None
+        else:
+            sock, r_addr = await self._datagram_socket(
+                local_addr, remote_addr, family, proto, flags, reuse_port,
+                allow_broadcast)
+        protocol = protocol_factory()
+        waiter = self.create_future()
+        transport = _core._make_datagram_transport(self, sock, protocol,
+                                                   r_addr, waiter)
+        if self._debug:
+            logger.debug("Datagram endpoint local_addr=%r remote_addr=%r "
+                         "created: (%r, %r)", local_addr, remote_addr,
+                         transport, protocol)
+        try:
+            await waiter
+        except:
+            transport.close()
+            raise
+        return transport, protocol
+
+    async def _datagram_socket(self, local_addr, remote_addr, family, proto,
+                               flags, reuse_port, allow_broadcast):
+        """The first socket that binds and connects as asked: (sock,
+        remote address or None)."""
+        if not (local_addr or remote_addr):
+            if family == 0:
+                raise ValueError("unexpected address family")
+            candidates = [((family, proto), (None, None))]
+        elif hasattr(socket, "AF_UNIX") and family == socket.AF_UNIX:
+            for addr in (local_addr, remote_addr):
+                if addr is not None and not isinstance(addr, str):
+                    raise TypeError("string is expected")
+            if local_addr and local_addr[0] not in (0, "\x00"):
+                try:
+                    if stat.S_ISSOCK(os.stat(local_addr).st_mode):
+                        os.remove(local_addr)
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    logger.error("Unable to check or remove stale UNIX "
+                                 "socket %r: %r", local_addr, err)
+            candidates = [((family, proto), (local_addr, remote_addr))]
+        else:
+            # Local and remote addresses paired by (family, protocol).
+            by_key = {}
+            for idx, addr in ((0, local_addr), (1, remote_addr)):
+                if addr is None:
+                    continue
+                if not (isinstance(addr, tuple) and len(addr) == 2):
+                    raise TypeError("2-tuple is expected")
+                infos = await self._ensure_resolved(
+                    addr, family=family, type=socket.SOCK_DGRAM, proto=proto,
+                    flags=flags)
+                if not infos:
+                    raise OSError("getaddrinfo() returned empty list")
+                for fam, _, pro, _, address in infos:
+                    by_key.setdefault((fam, pro), [None, None])[idx] = address
+            candidates = [
+                (key, pair) for key, pair in by_key.items()
+                if not ((local_addr and pair[0] is None) or
+                        (remote_addr and pair[1] is None))]
+            if not candidates:
+                raise ValueError("can not get address information")
+
+        errors = []
+        for (fam, pro), (local_address, remote_address) in candidates:
+            sock = None
+            try:
+                sock = socket.socket(family=fam, type=socket.SOCK_DGRAM,
+                                     proto=pro)
+                if reuse_port:
+                    _set_reuseport(sock)
+                if allow_broadcast:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+                sock.setblocking(False)
+                if local_addr:
+                    sock.bind(local_address)
+                r_addr = None
+                if remote_addr:
+                    if not allow_broadcast:
+                        await self.sock_connect(sock, remote_address)
+                    r_addr = remote_address
+                return sock, r_addr
+            except OSError as exc:
+                if sock is not None:
+                    sock.close()
+                errors.append(exc)
+            except:
+                if sock is not None:
+                    sock.close()
+                raise
+        raise errors[0]
+
     async def connect_accepted_socket(
             self, protocol_factory, sock, *, ssl=None,
             ssl_handshake_timeout=None, ssl_shutdown_timeout=None):

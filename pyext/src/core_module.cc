@@ -18,6 +18,7 @@
 #include "pyext/src/awaited_by.h"
 #include "pyext/src/barrier.h"
 #include "pyext/src/condition.h"
+#include "pyext/src/datagram.h"
 #include "pyext/src/fd_watch.h"
 #include "pyext/src/future.h"
 #include "pyext/src/gather.h"
@@ -219,7 +220,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       mt::pyext::RegisterBarrierType(m.ptr()) < 0 ||
       mt::pyext::RegisterAwaitedBy(m.ptr()) < 0 ||
       mt::pyext::RegisterFdWatch(m.ptr()) < 0 ||
-      mt::pyext::RegisterTransportTypes(m.ptr()) < 0) {
+      mt::pyext::RegisterTransportTypes(m.ptr()) < 0 ||
+      mt::pyext::RegisterDatagramType(m.ptr()) < 0) {
     throw py::error_already_set();
   }
 

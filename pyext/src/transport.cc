@@ -20,6 +20,7 @@
 #include "pyext/src/loop.h"
 #include "pyext/src/py_ref.h"
 #include "pyext/src/task.h"
+#include "pyext/src/transport_util.h"
 #include "runtime/io/driver.h"
 #include "runtime/scheduler/strand.h"
 #include "runtime/time/entry.h"
@@ -42,12 +43,10 @@ constexpr std::size_t kChunkSize = 64 * 1024;
 // Connections a listener accepts per readiness before yielding its worker.
 constexpr int kMaxAcceptsPerPoll = 128;
 
+using namespace transport;  // NOLINT: this file's own helpers.
+
 PyTypeObject* transport_type = nullptr;
 PyTypeObject* listener_type = nullptr;
-PyObject* transport_socket_type = nullptr;  // asyncio.trsock.TransportSocket
-PyObject* buffered_protocol_type = nullptr;  // asyncio.BufferedProtocol
-PyObject* socket_type = nullptr;             // socket.socket
-PyObject* logger = nullptr;                  // asyncio.log.logger
 
 // Bytes that write() could not send yet, in order. Only touched under the
 // connection's lock.
@@ -101,79 +100,6 @@ class WriteBuffer {
   std::size_t front_offset_ = 0;
   std::size_t size_ = 0;
 };
-
-// Scoped PyMutex: a contended lock waits detached from the interpreter, so
-// a stop-the-world pause never waits on it. Nothing under it allocates
-// Python objects or drops references (either may run a collection).
-class Locked {
- public:
-  explicit Locked(PyMutex& mu) : mu_(mu) { PyMutex_Lock(&mu_); }
-  ~Locked() { PyMutex_Unlock(&mu_); }
-  Locked(const Locked&) = delete;
-  Locked& operator=(const Locked&) = delete;
-
- private:
-  PyMutex& mu_;
-};
-
-// Calls loop.call_exception_handler({message, exception, extra...}) and
-// clears any error it raises. Consumes `exc` (may be nullptr).
-void ReportToLoop(PyObject* loop, const char* message, PyObject* exc,
-                  std::initializer_list<std::pair<const char*, PyObject*>> extra) {
-  PyObject* saved = PyErr_GetRaisedException();
-  PyObject* ctx = PyDict_New();
-  if (ctx != nullptr) {
-    PyObject* msg = PyUnicode_FromString(message);
-    if (msg != nullptr) PyDict_SetItemString(ctx, "message", msg);
-    Py_XDECREF(msg);
-    if (exc != nullptr) PyDict_SetItemString(ctx, "exception", exc);
-    for (const auto& [key, value] : extra) {
-      if (value != nullptr) PyDict_SetItemString(ctx, key, value);
-    }
-    PyObject* res = PyObject_CallMethod(loop, "call_exception_handler", "O", ctx);
-    if (res == nullptr) PyErr_WriteUnraisable(loop);
-    Py_XDECREF(res);
-    Py_DECREF(ctx);
-  } else {
-    PyErr_WriteUnraisable(loop);
-  }
-  Py_XDECREF(exc);
-  PyErr_SetRaisedException(saved);
-}
-
-bool IsFatalPyError(PyObject* exc) {
-  return PyErr_GivenExceptionMatches(exc, PyExc_SystemExit) ||
-         PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt);
-}
-
-PyObject* OsErrorFromErrno(int err) {
-  PyObject* args = Py_BuildValue("(is)", err, std::strerror(err));
-  if (args == nullptr) return nullptr;
-  PyObject* exc = PyObject_Call(PyExc_OSError, args, nullptr);
-  Py_DECREF(args);
-  return exc;
-}
-
-int GetDebug(PyObject* loop) {
-  PyObject* res = PyObject_CallMethod(loop, "get_debug", nullptr);
-  if (res == nullptr) {
-    PyErr_Clear();
-    return 0;
-  }
-  const int v = PyObject_IsTrue(res);
-  Py_DECREF(res);
-  return v > 0;
-}
-
-// Calls obj.name(*args); on failure returns nullptr with the error set.
-PyObject* CallMethod(PyObject* obj, const char* name, PyObject* arg = nullptr) {
-  PyObject* n = PyUnicode_InternFromString(name);
-  if (n == nullptr) return nullptr;
-  PyObject* res = arg == nullptr ? PyObject_CallMethodNoArgs(obj, n)
-                                 : PyObject_CallMethodOneArg(obj, n, arg);
-  Py_DECREF(n);
-  return res;
-}
 
 // --- the connection unit ------------------------------------------------------
 
@@ -1039,15 +965,8 @@ PyType_Spec transport_spec = {
 // A transport object around a new connection unit for `sock` (which the
 // unit owns from now on). New reference or nullptr.
 PyObject* NewTransport(PyObject* loop, PyObject* sock, Conn** out) {
-  PyObject* fileno = CallMethod(sock, "fileno");
-  if (fileno == nullptr) return nullptr;
-  const int fd = PyLong_AsInt(fileno);
-  Py_DECREF(fileno);
-  if (fd == -1 && PyErr_Occurred()) return nullptr;
-  if (fd < 0) {
-    PyErr_SetString(PyExc_ValueError, "the socket is closed");
-    return nullptr;
-  }
+  const int fd = SocketFd(sock);
+  if (fd < 0) return nullptr;
   auto* t = PyObject_GC_New(TransportObject, transport_type);
   if (t == nullptr) return nullptr;
   t->weakreflist = nullptr;
@@ -1056,34 +975,6 @@ PyObject* NewTransport(PyObject* loop, PyObject* sock, Conn** out) {
   PyObject_GC_Track(t);
   *out = t->conn;
   return reinterpret_cast<PyObject*>(t);
-}
-
-// Stdlib's extra info: socket (a TransportSocket), sockname, peername.
-PyObject* MakeExtra(PyObject* sock, PyObject* extra) {
-  PyObject* d = extra != nullptr && extra != Py_None ? PyDict_Copy(extra) : PyDict_New();
-  if (d == nullptr) return nullptr;
-  PyObject* ts = PyObject_CallOneArg(transport_socket_type, sock);
-  if (ts == nullptr || PyDict_SetItemString(d, "socket", ts) < 0) {
-    Py_XDECREF(ts);
-    Py_DECREF(d);
-    return nullptr;
-  }
-  Py_DECREF(ts);
-  for (const char* key : {"sockname", "peername"}) {
-    if (PyDict_GetItemString(d, key) != nullptr) continue;
-    PyObject* v = CallMethod(sock, key[0] == 's' ? "getsockname" : "getpeername");
-    if (v == nullptr) {
-      if (!PyErr_ExceptionMatches(PyExc_OSError)) {
-        Py_DECREF(d);
-        return nullptr;
-      }
-      PyErr_Clear();
-      v = Py_NewRef(Py_None);
-    }
-    PyDict_SetItemString(d, key, v);
-    Py_DECREF(v);
-  }
-  return d;
 }
 
 void SetNoDelay(int fd) {
@@ -1386,25 +1277,10 @@ PyMethodDef module_methods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyObject* ImportAttr(const char* module, const char* name) {
-  PyObject* m = PyImport_ImportModule(module);
-  if (m == nullptr) return nullptr;
-  PyObject* v = PyObject_GetAttrString(m, name);
-  Py_DECREF(m);
-  return v;
-}
-
 }  // namespace
 
 int RegisterTransportTypes(PyObject* module) {
-  transport_socket_type = ImportAttr("asyncio.trsock", "TransportSocket");
-  buffered_protocol_type = ImportAttr("asyncio.protocols", "BufferedProtocol");
-  socket_type = ImportAttr("socket", "socket");
-  logger = ImportAttr("asyncio.log", "logger");
-  if (transport_socket_type == nullptr || buffered_protocol_type == nullptr ||
-      socket_type == nullptr || logger == nullptr) {
-    return -1;
-  }
+  if (Init() < 0) return -1;
   transport_type = reinterpret_cast<PyTypeObject*>(
       PyType_FromModuleAndSpec(module, &transport_spec, nullptr));
   listener_type = reinterpret_cast<PyTypeObject*>(

@@ -21,6 +21,7 @@ import scenarios_graph  # noqa: E402,F401
 import scenarios_groups  # noqa: E402,F401
 import scenarios_locks  # noqa: E402,F401
 import scenarios_more  # noqa: E402,F401
+import scenarios_net_datagram  # noqa: E402,F401
 import scenarios_net_protocols  # noqa: E402,F401
 import scenarios_net_sockets  # noqa: E402,F401
 import scenarios_net_streams  # noqa: E402,F401
@@ -28,8 +29,8 @@ import scenarios_queues  # noqa: E402,F401
 import scenarios_tasks  # noqa: E402,F401
 
 N_THREADS = int(os.environ.get("MT_PARITY_THREADS", "4"))
-NET_MODULES = {"scenarios_net_protocols", "scenarios_net_sockets",
-               "scenarios_net_streams"}
+NET_MODULES = {"scenarios_net_datagram", "scenarios_net_protocols",
+               "scenarios_net_sockets", "scenarios_net_streams"}
 ROUNDS = int(os.environ.get("MT_PARITY_ROUNDS", "1"))
 NAMES = sorted(harness.SCENARIOS)
 

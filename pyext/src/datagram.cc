@@ -1,0 +1,755 @@
+// mt_asyncio._core.DatagramTransport: UDP and Unix datagram endpoints.
+//
+// Same execution model as the stream transport (transport.h): one unit on
+// the endpoint's strand receives datagrams, flushes what sendto() had to
+// queue and delivers every protocol callback, in order, never two at once.
+// Datagrams go through the Python socket's recvfrom/sendto/send, so
+// addresses are parsed and reported exactly as the socket module does.
+
+#include "pyext/src/datagram.h"
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "pyext/src/fd_watch.h"
+#include "pyext/src/loop.h"
+#include "pyext/src/py_ref.h"
+#include "pyext/src/task.h"
+#include "pyext/src/transport_util.h"
+#include "runtime/io/driver.h"
+#include "runtime/scheduler/strand.h"
+
+namespace mt::pyext {
+namespace {
+
+namespace io = runtime::io;
+namespace rt_task = runtime::task;
+using runtime::scheduler::Strand;
+using namespace transport;  // NOLINT: the transports' shared helpers.
+
+constexpr Py_ssize_t kMaxDatagram = 256 * 1024;
+constexpr std::size_t kDefaultHighWater = 64 * 1024;
+// stdlib counts each queued datagram as its size plus this much.
+constexpr std::size_t kHeaderSize = 8;
+constexpr int kLogConnLostWrites = 5;
+// Datagrams received per run before others get the worker.
+constexpr int kReadsPerPoll = 16;
+
+PyTypeObject* datagram_type = nullptr;
+
+bool IsWouldBlock(PyObject* exc) {
+  return PyErr_GivenExceptionMatches(exc, PyExc_BlockingIOError) ||
+         PyErr_GivenExceptionMatches(exc, PyExc_InterruptedError);
+}
+
+class Endpoint final : public rt_task::Task {
+ public:
+  Endpoint(PyObject* loop, PyObject* sock, int fd)
+      : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), sock_(Py_NewRef(sock)), fd_(fd) {}
+  ~Endpoint() override {
+    for (auto& [data, addr] : queue_) {
+      DecRefAnyThread(data);
+      DecRefAnyThread(addr);
+    }
+    DecRefAnyThread(loop_);
+    DecRefAnyThread(sock_);
+    DecRefAnyThread(extra_);
+    DecRefAnyThread(protocol_);
+    DecRefAnyThread(address_);
+    DecRefAnyThread(waiter_);
+    DecRefAnyThread(lost_exc_);
+  }
+
+  bool Poll() override;
+  void OnCancel() override {
+    if (lost_.load(std::memory_order_relaxed)) return;
+    DropOnAnyThread(loop_, [this](PyObject*) {
+      ForceClose(nullptr);
+      DeliverLost();
+    });
+  }
+
+  void Close();
+  void ForceClose(PyObject* exc);
+  void Fatal(PyObject* exc, const char* message);
+  void SyncPause();
+  PyObject* Protocol() {
+    Locked lock(mu_);
+    return Py_XNewRef(protocol_);
+  }
+  bool OnMyStrand() const { return strand_ != nullptr && Strand::Current() == strand_; }
+  // Sends one datagram through the socket: 0, EAGAIN (nothing sent), or -1
+  // with the Python error set.
+  int SendNow(PyObject* data, PyObject* addr);
+
+  PyObject* loop_;
+  PyObject* sock_;
+  const int fd_;
+  PyObject* transport_ = nullptr;  // Strong until lost.
+  PyObject* extra_ = nullptr;
+  PyObject* address_ = nullptr;  // The connected peer, or nullptr.
+  PyObject* waiter_ = nullptr;
+  io::ScheduledIo* io_ = nullptr;
+  Strand* strand_ = nullptr;
+  bool connected_ = false;  // Has a peer: send(), not sendto().
+
+  PyMutex mu_{};
+  PyObject* protocol_ = nullptr;
+  std::deque<std::pair<PyObject*, PyObject*>> queue_;  // (bytes, addr), owned.
+  std::size_t queued_bytes_ = 0;
+  std::size_t high_water_ = kDefaultHighWater;
+  std::size_t low_water_ = kDefaultHighWater / 4;
+  bool closing_ = false;
+  bool want_paused_ = false;
+  int conn_lost_ = 0;
+  bool lost_pending_ = false;
+  PyObject* lost_exc_ = nullptr;
+
+  bool made_ = false;
+  bool paused_delivered_ = false;
+  std::atomic<bool> lost_{false};
+
+ private:
+  void ReadSome();
+  void Flush();
+  void DeliverLost();
+  void Deliver(const char* method, PyObject* arg1, PyObject* arg2 = nullptr);
+};
+
+int Endpoint::SendNow(PyObject* data, PyObject* addr) {
+  PyObject* res = connected_ ? CallMethod(sock_, "send", data)
+                             : PyObject_CallMethod(sock_, "sendto", "OO", data, addr);
+  if (res != nullptr) {
+    Py_DECREF(res);
+    return 0;
+  }
+  if (PyErr_ExceptionMatches(PyExc_BlockingIOError) ||
+      PyErr_ExceptionMatches(PyExc_InterruptedError)) {
+    PyErr_Clear();
+    return EAGAIN;
+  }
+  return -1;
+}
+
+void Endpoint::Close() {
+  {
+    Locked lock(mu_);
+    if (closing_) return;
+    closing_ = true;
+    if (!queue_.empty()) return;  // connection_lost once flushed.
+    ++conn_lost_;
+    lost_pending_ = true;
+  }
+  Wake();
+}
+
+void Endpoint::ForceClose(PyObject* exc) {
+  std::deque<std::pair<PyObject*, PyObject*>> dropped;
+  {
+    Locked lock(mu_);
+    if (conn_lost_ == 0) {
+      dropped.swap(queue_);
+      queued_bytes_ = 0;
+      closing_ = true;
+      ++conn_lost_;
+      lost_pending_ = true;
+      lost_exc_ = std::exchange(exc, nullptr);
+    }
+  }
+  for (auto& [data, addr] : dropped) {
+    Py_DECREF(data);
+    Py_XDECREF(addr);
+  }
+  Py_XDECREF(exc);
+  Wake();
+}
+
+void Endpoint::Fatal(PyObject* exc, const char* message) {
+  if (!PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
+    PyObject* protocol = Protocol();
+    ReportToLoop(loop_, message, Py_NewRef(exc),
+                 {{"transport", transport_}, {"protocol", protocol}});
+    Py_XDECREF(protocol);
+  }
+  ForceClose(exc);
+}
+
+// Calls protocol.method(arg1[, arg2]); a failure is reported as stdlib
+// reports a failed callback.
+void Endpoint::Deliver(const char* method, PyObject* arg1, PyObject* arg2) {
+  PyObject* protocol = Protocol();
+  if (protocol == nullptr) return;
+  PyObject* res = arg2 == nullptr ? CallMethod(protocol, method, arg1)
+                                  : PyObject_CallMethod(protocol, method, "OO", arg1, arg2);
+  if (res == nullptr) {
+    LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
+  }
+  Py_XDECREF(res);
+  Py_DECREF(protocol);
+}
+
+void Endpoint::SyncPause() {
+  bool want;
+  {
+    Locked lock(mu_);
+    want = want_paused_;
+  }
+  if (want == paused_delivered_ || lost_.load(std::memory_order_relaxed)) return;
+  paused_delivered_ = want;
+  PyObject* protocol = Protocol();
+  if (protocol == nullptr) return;
+  PyObject* res = CallMethod(protocol, want ? "pause_writing" : "resume_writing");
+  if (res == nullptr) {
+    ReportToLoop(loop_,
+                 want ? "protocol.pause_writing() failed" : "protocol.resume_writing() failed",
+                 PyErr_GetRaisedException(),
+                 {{"transport", transport_}, {"protocol", protocol}});
+  }
+  Py_XDECREF(res);
+  Py_DECREF(protocol);
+}
+
+bool Endpoint::Poll() {
+  if (LoopDeferIfStopped(loop_, this)) return false;
+  if (LoopEnterOnWorker(loop_) < 0) PyErr_WriteUnraisable(loop_);
+  if (!made_) {
+    made_ = true;
+    Deliver("connection_made", transport_);
+    if (waiter_ != nullptr) {
+      PyObject* cancelled = CallMethod(waiter_, "cancelled");
+      if (cancelled == Py_False) {
+        PyObject* r = PyObject_CallMethod(waiter_, "set_result", "O", Py_None);
+        if (r == nullptr) PyErr_WriteUnraisable(waiter_);
+        Py_XDECREF(r);
+      } else if (cancelled == nullptr) {
+        PyErr_WriteUnraisable(waiter_);
+      }
+      Py_XDECREF(cancelled);
+      Py_CLEAR(waiter_);
+    }
+  }
+  SyncPause();
+  Flush();
+  ReadSome();
+  SyncPause();
+  bool lost;
+  {
+    Locked lock(mu_);
+    lost = lost_pending_;
+  }
+  if (lost) {
+    DeliverLost();
+    return true;
+  }
+  return false;
+}
+
+void Endpoint::Flush() {
+  {
+    Locked lock(mu_);
+    if (queue_.empty() || lost_pending_) return;
+  }
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kWrite, this);
+  if (!ready) return;
+  for (;;) {
+    std::pair<PyObject*, PyObject*> item;
+    {
+      Locked lock(mu_);
+      if (queue_.empty() || lost_pending_) break;
+      item = queue_.front();
+      queue_.pop_front();
+      queued_bytes_ -= static_cast<std::size_t>(PyBytes_GET_SIZE(item.first)) + kHeaderSize;
+    }
+    const int rc = SendNow(item.first, item.second);
+    if (rc == EAGAIN) {
+      {
+        Locked lock(mu_);
+        queue_.emplace_front(item);
+        queued_bytes_ += static_cast<std::size_t>(PyBytes_GET_SIZE(item.first)) + kHeaderSize;
+      }
+      driver.ClearReadiness(io_, io::Direction::kWrite, *ready);
+      if (driver.PollReady(io_, io::Direction::kWrite, this)) {
+        Wake(rt_task::ScheduleKind::kYield);
+      }
+      return;
+    }
+    Py_DECREF(item.first);
+    Py_XDECREF(item.second);
+    if (rc < 0) {
+      PyObject* exc = PyErr_GetRaisedException();
+      if (PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
+        Deliver("error_received", exc);
+        Py_DECREF(exc);
+        return;
+      }
+      Fatal(exc, "Fatal write error on datagram transport");
+      return;
+    }
+  }
+  Locked lock(mu_);
+  if (want_paused_ && queued_bytes_ <= low_water_) want_paused_ = false;
+  if (queue_.empty() && closing_ && conn_lost_ == 0) {
+    ++conn_lost_;
+    lost_pending_ = true;
+  }
+}
+
+void Endpoint::ReadSome() {
+  {
+    Locked lock(mu_);
+    if (closing_ || lost_pending_) return;
+  }
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  for (int i = 0; i < kReadsPerPoll; ++i) {
+    std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kRead, this);
+    if (!ready) return;
+    PyObject* size = PyLong_FromSsize_t(kMaxDatagram);
+    PyObject* res = size != nullptr ? CallMethod(sock_, "recvfrom", size) : nullptr;
+    Py_XDECREF(size);
+    if (res == nullptr) {
+      PyObject* exc = PyErr_GetRaisedException();
+      if (IsWouldBlock(exc)) {
+        Py_DECREF(exc);
+        driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+        if (driver.PollReady(io_, io::Direction::kRead, this)) {
+          Wake(rt_task::ScheduleKind::kYield);
+        }
+        return;
+      }
+      if (PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
+        // ICMP errors (a refused port) and the like: the endpoint lives on.
+        Deliver("error_received", exc);
+        Py_DECREF(exc);
+        continue;
+      }
+      if (IsFatalPyError(exc)) {
+        PyErr_SetRaisedException(exc);
+        PyErr_WriteUnraisable(transport_);
+        return;
+      }
+      Fatal(exc, "Fatal read error on datagram transport");
+      return;
+    }
+    if (PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 2) {
+      Deliver("datagram_received", PyTuple_GET_ITEM(res, 0), PyTuple_GET_ITEM(res, 1));
+    }
+    Py_DECREF(res);
+    {
+      Locked lock(mu_);
+      if (closing_ || lost_pending_) return;
+    }
+  }
+  Wake(rt_task::ScheduleKind::kYield);  // More may wait; others go first.
+}
+
+void Endpoint::DeliverLost() {
+  if (lost_.exchange(true)) return;
+  PyObject* exc;
+  PyObject* protocol;
+  std::deque<std::pair<PyObject*, PyObject*>> dropped;
+  {
+    Locked lock(mu_);
+    exc = std::exchange(lost_exc_, nullptr);
+    protocol = std::exchange(protocol_, nullptr);
+    dropped.swap(queue_);
+    queued_bytes_ = 0;
+  }
+  for (auto& [data, addr] : dropped) {
+    Py_DECREF(data);
+    Py_XDECREF(addr);
+  }
+  if (io_ != nullptr) FdTableUnregisterTransport(loop_, fd_);
+  PyObject* res = CallMethod(sock_, "close");
+  if (res == nullptr) PyErr_WriteUnraisable(sock_);
+  Py_XDECREF(res);
+  if (made_ && protocol != nullptr) {
+    res = CallMethod(protocol, "connection_lost", exc != nullptr ? exc : Py_None);
+    if (res == nullptr) {
+      LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
+    }
+    Py_XDECREF(res);
+  }
+  Py_XDECREF(exc);
+  Py_XDECREF(protocol);
+  Py_CLEAR(transport_);
+}
+
+// --- the Python type ---------------------------------------------------------------
+
+struct DatagramObject {
+  PyObject_HEAD
+  Endpoint* ep;  // One reference.
+  PyObject* weakreflist;
+};
+
+Endpoint* EndpointOf(PyObject* self) { return reinterpret_cast<DatagramObject*>(self)->ep; }
+
+int Datagram_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (Endpoint* e = EndpointOf(self)) Py_VISIT(e->extra_);
+  return 0;
+}
+
+void Datagram_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  auto* d = reinterpret_cast<DatagramObject*>(self);
+  if (d->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
+  if (d->ep != nullptr) std::exchange(d->ep, nullptr)->Unref();
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyObject* Datagram_sendto(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_SetString(PyExc_TypeError, "sendto(data, addr=None)");
+    return nullptr;
+  }
+  PyObject* data = args[0];
+  PyObject* addr = nargs == 2 ? args[1] : Py_None;
+  if (!PyBytes_Check(data) && !PyByteArray_Check(data) && !PyMemoryView_Check(data)) {
+    PyErr_Format(PyExc_TypeError, "data argument must be a bytes-like object, not '%s'",
+                 Py_TYPE(data)->tp_name);
+    return nullptr;
+  }
+  Endpoint* e = EndpointOf(self);
+  if (e->address_ != nullptr) {
+    if (addr != Py_None) {
+      const int same = PyObject_RichCompareBool(addr, e->address_, Py_EQ);
+      if (same < 0) return nullptr;
+      if (!same) {
+        PyErr_Format(PyExc_ValueError, "Invalid address: must be None or %S", e->address_);
+        return nullptr;
+      }
+    }
+    addr = e->address_;
+  }
+  bool warn = false;
+  bool lost = false;
+  bool try_now = false;
+  {
+    Locked lock(e->mu_);
+    if (e->conn_lost_ > 0 && e->address_ != nullptr) {
+      warn = e->conn_lost_ >= kLogConnLostWrites;
+      ++e->conn_lost_;
+      lost = true;
+    } else {
+      try_now = e->queue_.empty();
+    }
+  }
+  if (warn) {
+    PyObject* r = PyObject_CallMethod(logger, "warning", "s", "socket.send() raised exception.");
+    Py_XDECREF(r);
+    PyErr_Clear();
+  }
+  if (lost) Py_RETURN_NONE;
+  if (try_now) {
+    const int rc = e->SendNow(data, addr);
+    if (rc == 0) Py_RETURN_NONE;
+    if (rc < 0) {
+      PyObject* exc = PyErr_GetRaisedException();
+      if (PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
+        PyObject* protocol = e->Protocol();
+        if (protocol != nullptr) {
+          PyObject* r = CallMethod(protocol, "error_received", exc);
+          if (r == nullptr) {
+            LoopReportException(e->loop_, "Exception in callback ", protocol, nullptr,
+                                nullptr);
+          }
+          Py_XDECREF(r);
+          Py_DECREF(protocol);
+        }
+        Py_DECREF(exc);
+        Py_RETURN_NONE;
+      }
+      if (IsFatalPyError(exc)) {
+        PyErr_SetRaisedException(exc);
+        return nullptr;
+      }
+      e->Fatal(exc, "Fatal write error on datagram transport");
+      Py_RETURN_NONE;
+    }
+  }
+  // Queued: an immutable copy, flushed by the unit when writable.
+  PyObject* copy = PyBytes_FromObject(data);
+  if (copy == nullptr) return nullptr;
+  Py_XINCREF(addr);
+  bool pause = false;
+  {
+    Locked lock(e->mu_);
+    e->queue_.emplace_back(copy, addr);
+    e->queued_bytes_ += static_cast<std::size_t>(PyBytes_GET_SIZE(copy)) + kHeaderSize;
+    if (!e->want_paused_ && e->queued_bytes_ > e->high_water_) {
+      e->want_paused_ = true;
+      pause = true;
+    }
+  }
+  e->Wake();
+  if (pause && e->OnMyStrand()) e->SyncPause();
+  Py_RETURN_NONE;
+}
+
+PyObject* Datagram_close(PyObject* self, PyObject*) {
+  EndpointOf(self)->Close();
+  Py_RETURN_NONE;
+}
+
+PyObject* Datagram_abort(PyObject* self, PyObject*) {
+  EndpointOf(self)->ForceClose(nullptr);
+  Py_RETURN_NONE;
+}
+
+PyObject* Datagram_is_closing(PyObject* self, PyObject*) {
+  Endpoint* e = EndpointOf(self);
+  Locked lock(e->mu_);
+  return PyBool_FromLong(e->closing_);
+}
+
+PyObject* Datagram_get_extra_info(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_SetString(PyExc_TypeError, "get_extra_info(name, default=None)");
+    return nullptr;
+  }
+  PyObject* dflt = nargs == 2 ? args[1] : Py_None;
+  Endpoint* e = EndpointOf(self);
+  PyObject* value;
+  const int found = PyDict_GetItemRef(e->extra_, args[0], &value);
+  if (found < 0) return nullptr;
+  return found ? value : Py_NewRef(dflt);
+}
+
+PyObject* Datagram_set_protocol(PyObject* self, PyObject* protocol) {
+  Endpoint* e = EndpointOf(self);
+  PyObject* old;
+  {
+    Locked lock(e->mu_);
+    old = std::exchange(e->protocol_, Py_NewRef(protocol));
+  }
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
+}
+
+PyObject* Datagram_get_protocol(PyObject* self, PyObject*) {
+  PyObject* p = EndpointOf(self)->Protocol();
+  return p != nullptr ? p : Py_NewRef(Py_None);
+}
+
+PyObject* Datagram_get_write_buffer_size(PyObject* self, PyObject*) {
+  Endpoint* e = EndpointOf(self);
+  std::size_t n;
+  {
+    Locked lock(e->mu_);
+    n = e->queued_bytes_;
+  }
+  return PyLong_FromSize_t(n);
+}
+
+PyObject* Datagram_get_write_buffer_limits(PyObject* self, PyObject*) {
+  Endpoint* e = EndpointOf(self);
+  Locked lock(e->mu_);
+  return Py_BuildValue("(nn)", static_cast<Py_ssize_t>(e->low_water_),
+                       static_cast<Py_ssize_t>(e->high_water_));
+}
+
+PyObject* Datagram_set_write_buffer_limits(PyObject* self, PyObject* args, PyObject* kwds) {
+  static const char* kwlist[] = {"high", "low", nullptr};
+  PyObject* high_obj = Py_None;
+  PyObject* low_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:set_write_buffer_limits",
+                                   const_cast<char**>(kwlist), &high_obj, &low_obj)) {
+    return nullptr;
+  }
+  long long high, low;
+  if (high_obj == Py_None) {
+    if (low_obj == Py_None) {
+      high = static_cast<long long>(kDefaultHighWater);
+    } else {
+      low = PyLong_AsLongLong(low_obj);
+      if (low == -1 && PyErr_Occurred()) return nullptr;
+      high = 4 * low;
+    }
+  } else {
+    high = PyLong_AsLongLong(high_obj);
+    if (high == -1 && PyErr_Occurred()) return nullptr;
+  }
+  if (low_obj == Py_None) {
+    low = high >= 0 ? high / 4 : -((3 - high) / 4);  // Python's floor division.
+  } else {
+    low = PyLong_AsLongLong(low_obj);
+    if (low == -1 && PyErr_Occurred()) return nullptr;
+  }
+  if (!(high >= low && low >= 0)) {
+    PyErr_Format(PyExc_ValueError, "high (%lld) must be >= low (%lld) must be >= 0", high,
+                 low);
+    return nullptr;
+  }
+  Endpoint* e = EndpointOf(self);
+  bool pause = false;
+  {
+    Locked lock(e->mu_);
+    e->high_water_ = static_cast<std::size_t>(high);
+    e->low_water_ = static_cast<std::size_t>(low);
+    if (!e->want_paused_ && e->queued_bytes_ > e->high_water_) {
+      e->want_paused_ = true;
+      pause = true;
+    }
+  }
+  if (pause) {
+    if (e->OnMyStrand()) {
+      e->SyncPause();
+    } else {
+      e->Wake();
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Datagram_repr(PyObject* self) {
+  Endpoint* e = EndpointOf(self);
+  bool closing;
+  std::size_t size;
+  {
+    Locked lock(e->mu_);
+    closing = e->closing_;
+    size = e->queued_bytes_;
+  }
+  return PyUnicode_FromFormat("<%s%s fd=%d bufsize=%zu>", Py_TYPE(self)->tp_name,
+                              closing ? " closing" : "", e->fd_, size);
+}
+
+PyMethodDef datagram_methods[] = {
+    {"sendto",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Datagram_sendto)),
+     METH_FASTCALL, "Send a datagram to addr (the peer if connected); any thread."},
+    {"close", Datagram_close, METH_NOARGS, nullptr},
+    {"abort", Datagram_abort, METH_NOARGS, nullptr},
+    {"is_closing", Datagram_is_closing, METH_NOARGS, nullptr},
+    {"get_extra_info",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Datagram_get_extra_info)),
+     METH_FASTCALL, nullptr},
+    {"set_protocol", Datagram_set_protocol, METH_O, nullptr},
+    {"get_protocol", Datagram_get_protocol, METH_NOARGS, nullptr},
+    {"get_write_buffer_size", Datagram_get_write_buffer_size, METH_NOARGS, nullptr},
+    {"get_write_buffer_limits", Datagram_get_write_buffer_limits, METH_NOARGS, nullptr},
+    {"set_write_buffer_limits",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(Datagram_set_write_buffer_limits)),
+     METH_VARARGS | METH_KEYWORDS, nullptr},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyMemberDef datagram_members[] = {
+    {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(DatagramObject, weakreflist), Py_READONLY,
+     nullptr},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyObject* Datagram_new_refused(PyTypeObject*, PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_TypeError,
+                  "DatagramTransport objects are made by create_datagram_endpoint()");
+  return nullptr;
+}
+
+PyType_Slot datagram_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(Datagram_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Datagram_traverse)},
+    {Py_tp_repr, reinterpret_cast<void*>(Datagram_repr)},
+    {Py_tp_methods, datagram_methods},
+    {Py_tp_members, datagram_members},
+    {Py_tp_new, reinterpret_cast<void*>(Datagram_new_refused)},
+    {0, nullptr},
+};
+
+PyType_Spec datagram_spec = {
+    "mt_asyncio._core.DatagramTransport",
+    sizeof(DatagramObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    datagram_slots,
+};
+
+// _make_datagram_transport(loop, sock, protocol, address, waiter)
+PyObject* MakeDatagramTransport(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5 || !IsLoop(args[0])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "_make_datagram_transport(loop, sock, protocol, address, waiter)");
+    return nullptr;
+  }
+  PyObject* loop = args[0];
+  PyObject* sock = args[1];
+  const int fd = SocketFd(sock);
+  if (fd < 0) return nullptr;
+  PyObject* extra = MakeExtra(sock, nullptr);
+  if (extra == nullptr) return nullptr;
+  auto* d = PyObject_GC_New(DatagramObject, datagram_type);
+  if (d == nullptr) {
+    Py_DECREF(extra);
+    return nullptr;
+  }
+  d->weakreflist = nullptr;
+  auto* e = new Endpoint(loop, sock, fd);
+  d->ep = e;
+  PyObject* self = reinterpret_cast<PyObject*>(d);
+  PyObject_GC_Track(d);
+  e->extra_ = extra;
+  e->protocol_ = Py_NewRef(args[2]);
+  if (args[3] != Py_None) e->address_ = Py_NewRef(args[3]);
+  if (args[4] != Py_None) e->waiter_ = Py_NewRef(args[4]);
+  PyObject* peer;
+  if (PyDict_GetItemStringRef(extra, "peername", &peer) < 0) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  e->connected_ = peer != nullptr && peer != Py_None;
+  Py_XDECREF(peer);
+  e->io_ = FdTableRegisterTransport(loop, fd, self);
+  if (e->io_ == nullptr) {
+    e->lost_.store(true);
+    Py_DECREF(self);
+    return nullptr;
+  }
+  e->transport_ = Py_NewRef(self);
+  // Like a client connection: the calling strand, or a new one the calling
+  // task joins.
+  Strand* strand = Strand::Current();
+  if (strand == nullptr) {
+    strand = Strand::Create(LoopRuntime(loop).executor());
+    if (rt_task::Task* unit = CurrentTaskUnit()) unit->set_executor(strand);
+    e->set_executor(strand);
+    strand->Unref();
+  } else {
+    e->set_executor(strand);
+  }
+  e->strand_ = strand;
+  e->Ref();
+  LoopWake(loop, e);
+  e->Unref();
+  return self;
+}
+
+PyMethodDef module_methods[] = {
+    {"_make_datagram_transport",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MakeDatagramTransport)),
+     METH_FASTCALL, "A transport for a datagram socket."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+int RegisterDatagramType(PyObject* module) {
+  if (transport::Init() < 0) return -1;
+  datagram_type = reinterpret_cast<PyTypeObject*>(
+      PyType_FromModuleAndSpec(module, &datagram_spec, nullptr));
+  if (datagram_type == nullptr ||
+      PyModule_AddObjectRef(module, "DatagramTransport",
+                            reinterpret_cast<PyObject*>(datagram_type)) < 0) {
+    return -1;
+  }
+  return PyModule_AddFunctions(module, module_methods);
+}
+
+}  // namespace mt::pyext

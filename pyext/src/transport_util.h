@@ -1,0 +1,57 @@
+#ifndef MT_PYEXT_SRC_TRANSPORT_UTIL_H_
+#define MT_PYEXT_SRC_TRANSPORT_UTIL_H_
+
+#include <Python.h>
+
+#include <initializer_list>
+#include <utility>
+
+// What the stream and datagram transports share: the lock they guard their
+// state with, how they report errors to the loop, and stdlib's extra info.
+
+namespace mt::pyext::transport {
+
+// Scoped PyMutex: a contended lock waits detached from the interpreter, so
+// a stop-the-world pause never waits on it. Nothing under it allocates
+// Python objects or drops references (either may run a collection).
+class Locked {
+ public:
+  explicit Locked(PyMutex& mu) : mu_(mu) { PyMutex_Lock(&mu_); }
+  ~Locked() { PyMutex_Unlock(&mu_); }
+  Locked(const Locked&) = delete;
+  Locked& operator=(const Locked&) = delete;
+
+ private:
+  PyMutex& mu_;
+};
+
+// Imported once by Init(): asyncio.trsock.TransportSocket,
+// asyncio.BufferedProtocol, socket.socket, asyncio's logger.
+extern PyObject* transport_socket_type;
+extern PyObject* buffered_protocol_type;
+extern PyObject* socket_type;
+extern PyObject* logger;
+int Init();
+
+// Calls loop.call_exception_handler({message, exception, extra...}) and
+// clears any error it raises. Consumes `exc` (may be nullptr).
+void ReportToLoop(PyObject* loop, const char* message, PyObject* exc,
+                  std::initializer_list<std::pair<const char*, PyObject*>> extra);
+// SystemExit and KeyboardInterrupt: never swallowed into a transport error.
+bool IsFatalPyError(PyObject* exc);
+// An OSError for `err` (new reference), or nullptr with an error set.
+PyObject* OsErrorFromErrno(int err);
+// loop.get_debug(), false if it fails.
+bool GetDebug(PyObject* loop);
+// obj.name() or obj.name(arg): new reference, or nullptr with an error.
+PyObject* CallMethod(PyObject* obj, const char* name, PyObject* arg = nullptr);
+// Stdlib's extra info for `sock`: a copy of `extra` (None or nullptr: empty)
+// with socket (a TransportSocket), sockname and peername (None when the
+// socket cannot say). New reference or nullptr.
+PyObject* MakeExtra(PyObject* sock, PyObject* extra);
+// The fd of a Python socket object, or -1 with an error.
+int SocketFd(PyObject* sock);
+
+}  // namespace mt::pyext::transport
+
+#endif  // MT_PYEXT_SRC_TRANSPORT_UTIL_H_
