@@ -12,12 +12,13 @@ import socket
 import stat
 import sys
 
-from asyncio import staggered
+from asyncio import staggered, streams
 from asyncio.log import logger
 
 from . import _core, tasks
 from .servers import Server
-from .sockets import _check_ssl_socket
+from .sockets import _check_ssl_socket, _ssl
+from .tls import TLSProtocol
 
 __all__ = ["ConnectionMethods"]
 
@@ -50,12 +51,13 @@ def _set_reuseport(sock):
                          "SO_REUSEPORT defined but not implemented.") from None
 
 
-def _no_ssl(ssl, server_hostname=None, ssl_handshake_timeout=None,
-            ssl_shutdown_timeout=None):
-    if ssl:
-        raise NotImplementedError(
-            "TLS (ssl=) is not implemented on mt_asyncio's transports yet "
-            "(see docs/compatibility.md)")
+def _ssl_context(ssl, server_side):
+    """stdlib's rule for ssl=True: a default context (clients only)."""
+    if isinstance(ssl, _ssl.SSLContext):
+        return ssl
+    if server_side:
+        raise ValueError("Server side SSL needs a valid SSLContext")
+    return _ssl.create_default_context()
 
 
 class ConnectionMethods:
@@ -66,6 +68,30 @@ class ConnectionMethods:
         return _core._make_socket_transport(self, sock, protocol, waiter,
                                             extra, server)
 
+    def _make_ssl_transport(self, rawsock, protocol, sslcontext, waiter=None,
+                            *, server_side=False, server_hostname=None,
+                            extra=None, server=None,
+                            ssl_handshake_timeout=None,
+                            ssl_shutdown_timeout=None):
+        ssl_protocol = TLSProtocol(
+            self, protocol, sslcontext, waiter, server_side, server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout)
+        _core._make_socket_transport(self, rawsock, ssl_protocol, None,
+                                     extra, server)
+        return ssl_protocol._app_transport
+
+    def _tls_server_factory(self, protocol_factory, sslcontext,
+                            ssl_handshake_timeout, ssl_shutdown_timeout):
+        """What a TLS server's listener makes per connection: stdlib's TLS
+        protocol around the application's."""
+        def factory():
+            return TLSProtocol(
+                self, protocol_factory(), sslcontext, None, server_side=True,
+                ssl_handshake_timeout=ssl_handshake_timeout,
+                ssl_shutdown_timeout=ssl_shutdown_timeout)
+        return factory
+
     async def _create_connection_transport(
             self, sock, protocol_factory, ssl, server_hostname,
             server_side=False, ssl_handshake_timeout=None,
@@ -73,14 +99,63 @@ class ConnectionMethods:
         sock.setblocking(False)
         protocol = protocol_factory()
         waiter = self.create_future()
-        _no_ssl(ssl)
-        transport = self._make_socket_transport(sock, protocol, waiter)
+        if ssl:
+            sslcontext = _ssl_context(ssl, server_side)
+            transport = self._make_ssl_transport(
+                sock, protocol, sslcontext, waiter, server_side=server_side,
+                server_hostname=server_hostname,
+                ssl_handshake_timeout=ssl_handshake_timeout,
+                ssl_shutdown_timeout=ssl_shutdown_timeout)
+        else:
+            transport = self._make_socket_transport(sock, protocol, waiter)
         try:
             await waiter
         except:
             transport.close()
             raise
         return transport, protocol
+
+    async def start_tls(self, transport, protocol, sslcontext, *,
+                        server_side=False, server_hostname=None,
+                        ssl_handshake_timeout=None,
+                        ssl_shutdown_timeout=None):
+        """Upgrade a connection to TLS; return the new transport, which
+        protocol should use from now on."""
+        if _ssl is None:
+            raise RuntimeError("Python ssl module is not available")
+        if not isinstance(sslcontext, _ssl.SSLContext):
+            raise TypeError(
+                f"sslcontext is expected to be an instance of "
+                f"ssl.SSLContext, got {sslcontext!r}")
+        if not getattr(transport, "_start_tls_compatible", False):
+            raise TypeError(
+                f"transport {transport!r} is not supported by start_tls()")
+        waiter = self.create_future()
+        ssl_protocol = TLSProtocol(
+            self, protocol, sslcontext, waiter, server_side, server_hostname,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout,
+            call_connection_made=False)
+        # No data reaches the TLS protocol before its connection_made.
+        transport.pause_reading()
+        if server_side:
+            # Bytes a stream reader already holds belong to the handshake.
+            reader = getattr(protocol, "_stream_reader", None)
+            if isinstance(protocol, streams.StreamReaderProtocol) and \
+                    reader is not None and reader._buffer:
+                ssl_protocol._incoming.write(reader._buffer)
+                reader._buffer.clear()
+        transport.set_protocol(ssl_protocol)
+        conmade = self.call_soon(ssl_protocol.connection_made, transport)
+        resume = self.call_soon(transport.resume_reading)
+        try:
+            await waiter
+        except BaseException:
+            transport.close()
+            conmade.cancel()
+            resume.cancel()
+            raise
+        return ssl_protocol._app_transport
 
     async def _connect_sock(self, exceptions, addr_info, local_addr_infos=None):
         """One connection attempt; its errors are collected in a list that
@@ -251,7 +326,6 @@ class ConnectionMethods:
                 "ssl_shutdown_timeout is only meaningful with ssl")
         if sock is not None:
             _check_ssl_socket(sock)
-        _no_ssl(ssl)
 
         if host is not None or port is not None:
             if sock is not None:
@@ -395,7 +469,6 @@ class ConnectionMethods:
         if ssl_shutdown_timeout is not None and not ssl:
             raise ValueError(
                 "ssl_shutdown_timeout is only meaningful with ssl")
-        _no_ssl(ssl)
         if path is not None:
             if sock is not None:
                 raise ValueError(

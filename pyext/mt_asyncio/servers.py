@@ -68,10 +68,15 @@ class Server(events.AbstractServer):
                 return
             self._serving = True
             sockets = list(self._sockets)
+        factory = self._protocol_factory
+        if self._ssl_context is not None:
+            factory = self._loop._tls_server_factory(
+                factory, self._ssl_context, self._ssl_handshake_timeout,
+                self._ssl_shutdown_timeout)
         for sock in sockets:
             sock.listen(self._backlog)
             self._listeners.append(_core._Listener(
-                self._loop, sock, self._protocol_factory, self, self._backlog))
+                self._loop, sock, factory, self, self._backlog))
 
     def get_loop(self):
         return self._loop

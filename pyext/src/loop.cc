@@ -1209,6 +1209,13 @@ PyObject* LoopNewHandle(PyObject* loop, PyObject* callback, PyObject* args,
 
 void LoopRunHandle(PyObject* loop, PyObject* handle) { RunHandle(loop, handle); }
 
+void LoopScheduleHandle(PyObject* loop, PyObject* handle, task::Executor* executor) {
+  auto* unit = new HandleUnit(loop, handle);
+  unit->set_executor(executor);
+  LoopWake(loop, unit);
+  unit->Unref();
+}
+
 void LoopCancelHandle(PyObject* handle) {
   PyObject* res = Handle_cancel(handle, nullptr);
   Py_XDECREF(res);

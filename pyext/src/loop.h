@@ -145,6 +145,9 @@ FdTable& LoopFds(PyObject* loop);
 PyObject* LoopNewHandle(PyObject* loop, PyObject* callback, PyObject* args,
                         PyObject* context);
 void LoopRunHandle(PyObject* loop, PyObject* handle);
+// Runs `handle` soon on `executor` (a strand, say), as call_soon would.
+void LoopScheduleHandle(PyObject* loop, PyObject* handle,
+                        runtime::task::Executor* executor);
 // Marks a Handle cancelled (Handle.cancel()).
 void LoopCancelHandle(PyObject* handle);
 

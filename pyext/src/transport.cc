@@ -746,6 +746,13 @@ PyObject* Transport_abort(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// stdlib transports' private _force_close(exc), which sslproto calls on
+// its transport after a fatal TLS error.
+PyObject* Transport_force_close(PyObject* self, PyObject* exc) {
+  ConnOf(self)->ForceClose(exc == Py_None ? nullptr : Py_NewRef(exc));
+  Py_RETURN_NONE;
+}
+
 PyObject* Transport_is_closing(PyObject* self, PyObject*) {
   Conn* c = ConnOf(self);
   Locked lock(c->mu_);
@@ -882,6 +889,40 @@ PyObject* Transport_set_write_buffer_limits(PyObject* self, PyObject* args, PyOb
   Py_RETURN_NONE;
 }
 
+// _call_serialized(callback, *args): callback(*args) now if the caller runs
+// on this connection's strand (returning its result), else soon on the
+// strand (returning None), in the caller's context. What wraps a
+// connection in more protocol state (TLS) uses it so that its own methods
+// are as safe from any thread as write() is.
+PyObject* Transport_call_serialized(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "_call_serialized(callback, *args)");
+    return nullptr;
+  }
+  Conn* c = ConnOf(self);
+  if (c->OnMyStrand() || c->strand_ == nullptr) {
+    return PyObject_Vectorcall(args[0], args + 1, static_cast<std::size_t>(nargs - 1), nullptr);
+  }
+  PyObject* rest = PyTuple_New(nargs - 1);
+  if (rest == nullptr) return nullptr;
+  for (Py_ssize_t i = 1; i < nargs; ++i) PyTuple_SET_ITEM(rest, i - 1, Py_NewRef(args[i]));
+  PyObject* ctx = PyContext_CopyCurrent();
+  PyObject* handle = ctx != nullptr ? LoopNewHandle(c->loop_, args[0], rest, ctx) : nullptr;
+  Py_DECREF(rest);
+  Py_XDECREF(ctx);
+  if (handle == nullptr) return nullptr;
+  LoopScheduleHandle(c->loop_, handle, c->strand_);
+  Py_DECREF(handle);
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_start_tls_compatible(PyObject*, void*) { Py_RETURN_TRUE; }
+
+PyGetSetDef transport_getset[] = {
+    {"_start_tls_compatible", Transport_start_tls_compatible, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
 PyObject* Transport_repr(PyObject* self) {
   Conn* c = ConnOf(self);
   bool closing, lost, paused;
@@ -909,6 +950,8 @@ PyMethodDef transport_methods[] = {
     {"close", Transport_close, METH_NOARGS,
      "Close after flushing; connection_lost(None) follows."},
     {"abort", Transport_abort, METH_NOARGS, "Close at once, dropping the buffer."},
+    {"_force_close", Transport_force_close, METH_O,
+     "Close at once; connection_lost(exc) follows."},
     {"is_closing", Transport_is_closing, METH_NOARGS, nullptr},
     {"is_reading", Transport_is_reading, METH_NOARGS, nullptr},
     {"pause_reading", Transport_pause_reading, METH_NOARGS, nullptr},
@@ -924,6 +967,9 @@ PyMethodDef transport_methods[] = {
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          Transport_set_write_buffer_limits)),
      METH_VARARGS | METH_KEYWORDS, nullptr},
+    {"_call_serialized",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_call_serialized)),
+     METH_FASTCALL, "Run a callable on this connection's strand."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -946,6 +992,7 @@ PyType_Slot transport_slots[] = {
     {Py_tp_repr, reinterpret_cast<void*>(Transport_repr)},
     {Py_tp_methods, transport_methods},
     {Py_tp_members, transport_members},
+    {Py_tp_getset, transport_getset},
     {Py_tp_new, reinterpret_cast<void*>(Transport_new_refused)},
     {Py_tp_doc, const_cast<char*>(
                     "A stream socket's transport on the parallel loop: one "

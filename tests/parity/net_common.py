@@ -71,3 +71,62 @@ def make_recorder(aio):
                 self.done.set_result(None)
 
     return Recorder
+
+
+_CERTS = {}
+
+
+def tls_certs():
+    """A test CA and certificates it signed, made once per process with the
+    openssl command: {'ca': ca.pem, 'localhost': (cert, key), 'other':
+    (cert, key) for other.test, 'untrusted': (cert, key) self-signed}."""
+    if _CERTS:
+        return _CERTS
+    import subprocess
+    import tempfile
+    d = tempfile.mkdtemp(prefix="mt-tls-")
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.pem",
+        "-subj", "/CN=mt_asyncio test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+
+    def leaf(name, san):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/{name}.key",
+            "-out", f"{d}/{name}.csr", "-subj", f"/CN={name}")
+        with open(f"{d}/{name}.ext", "w") as f:
+            f.write(f"subjectAltName={san}\n"
+                    "basicConstraints=CA:FALSE\n"
+                    "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                    "extendedKeyUsage=serverAuth\n"
+                    "subjectKeyIdentifier=hash\n"
+                    "authorityKeyIdentifier=keyid,issuer\n")
+        run("x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{d}/ca.pem",
+            "-CAkey", f"{d}/ca.key", "-CAcreateserial", "-days", "2",
+            "-out", f"{d}/{name}.pem", "-extfile", f"{d}/{name}.ext")
+        return f"{d}/{name}.pem", f"{d}/{name}.key"
+
+    _CERTS["ca"] = f"{d}/ca.pem"
+    _CERTS["localhost"] = leaf("localhost", "DNS:localhost,IP:127.0.0.1")
+    _CERTS["other"] = leaf("other.test", "DNS:other.test")
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        "-keyout", f"{d}/untrusted.key", "-out", f"{d}/untrusted.pem",
+        "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost")
+    _CERTS["untrusted"] = (f"{d}/untrusted.pem", f"{d}/untrusted.key")
+    return _CERTS
+
+
+def server_context(which="localhost"):
+    import ssl
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(*tls_certs()[which])
+    return ctx
+
+
+def client_context():
+    import ssl
+    return ssl.create_default_context(cafile=tls_certs()["ca"])

@@ -25,12 +25,14 @@ import scenarios_net_datagram  # noqa: E402,F401
 import scenarios_net_protocols  # noqa: E402,F401
 import scenarios_net_sockets  # noqa: E402,F401
 import scenarios_net_streams  # noqa: E402,F401
+import scenarios_net_tls  # noqa: E402,F401
 import scenarios_queues  # noqa: E402,F401
 import scenarios_tasks  # noqa: E402,F401
 
 N_THREADS = int(os.environ.get("MT_PARITY_THREADS", "4"))
 NET_MODULES = {"scenarios_net_datagram", "scenarios_net_protocols",
-               "scenarios_net_sockets", "scenarios_net_streams"}
+               "scenarios_net_sockets", "scenarios_net_streams",
+               "scenarios_net_tls"}
 ROUNDS = int(os.environ.get("MT_PARITY_ROUNDS", "1"))
 NAMES = sorted(harness.SCENARIOS)
 
