@@ -11,6 +11,7 @@ import weakref
 from asyncio import coroutines, events, exceptions
 
 from . import _core, base_events, tasks
+from . import servers as servers_module
 
 __all__ = ["Runner", "run"]
 
@@ -56,16 +57,20 @@ def _any_busy():
 
 
 def _drain(grace):
-    """The runtime's drain hook: wind down every run in progress the way
-    Ctrl-C winds down asyncio.run() — cancel its main task, so finally
-    blocks and ``async with`` exits run — then wait, up to `grace` seconds,
-    until every runner has finished running and closing. Runs on the thread
-    running the shutdown."""
+    """The runtime's drain hook: every server stops accepting; every run in
+    progress is wound down the way Ctrl-C winds down asyncio.run() —
+    cancel its main task, so finally blocks and ``async with`` exits run —
+    then, up to `grace` seconds, we wait until every runner has finished
+    running and closing; then connections still open are aborted. Runs on
+    the thread running the shutdown."""
     global _shutdown_signal
     signum = _shutdown_signal
     reason = "mt_asyncio runtime shutdown"
     if signum is not None:
         reason += f" ({signal.Signals(signum).name})"
+    # Servers stop accepting first, so nothing new starts while the runs
+    # below wind down.
+    servers = servers_module._stop_accepting_everywhere()
     with _busy_lock:
         runs = [(runner._loop, entry[1]) for runner, entry in _busy.items()]
     for loop, task in runs:
@@ -82,6 +87,9 @@ def _drain(grace):
             time.sleep(0.002)
     finally:
         _shutdown_signal = None  # The next signal begins a new shutdown.
+        # The cancel phase: connections the runs did not close are aborted
+        # (a loop that closes aborts its own transports too).
+        servers_module._abort_connections(servers)
 
 
 _core._set_drain_hook(_drain)

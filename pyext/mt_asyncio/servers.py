@@ -8,12 +8,37 @@ whichever worker runs them, so the bookkeeping is under a lock.
 import os
 import stat
 import threading
+import weakref
 
 from asyncio import events, exceptions, trsock
 
 from . import _core, tasks
 
 __all__ = ["Server"]
+
+# Every Server not closed yet, for the runtime's coordinated shutdown.
+_live_lock = threading.Lock()
+_live = weakref.WeakSet()
+
+
+def _stop_accepting_everywhere():
+    """Draining begins: every server stops accepting (and closes its
+    listening sockets). Returns the servers, whose connections the cancel
+    phase closes."""
+    with _live_lock:
+        servers = list(_live)
+    for server in servers:
+        try:
+            server._loop.call_soon_threadsafe(server.close)
+        except RuntimeError:
+            server.close()  # Its loop is closed: nothing runs there now.
+    return servers
+
+
+def _abort_connections(servers):
+    """The grace period is over: connections still open are aborted."""
+    for server in servers:
+        server.abort_clients()
 
 
 class Server(events.AbstractServer):
@@ -36,6 +61,8 @@ class Server(events.AbstractServer):
         self._listeners = []      # One _core._Listener per socket.
         self._serving = False
         self._serving_forever_fut = None
+        with _live_lock:
+            _live.add(self)
 
     def __repr__(self):
         return f"<{self.__class__.__name__} sockets={self.sockets!r}>"
@@ -101,6 +128,8 @@ class Server(events.AbstractServer):
             listeners, self._listeners = self._listeners, []
             self._serving = False
             no_clients = not self._clients
+        with _live_lock:
+            _live.discard(self)
         for listener in listeners:
             listener.close()
         for sock in sockets:

@@ -706,7 +706,7 @@ PyObject* MakeDatagramTransport(PyObject*, PyObject* const* args, Py_ssize_t nar
   }
   e->connected_ = peer != nullptr && peer != Py_None;
   Py_XDECREF(peer);
-  e->io_ = FdTableRegisterTransport(loop, fd, self);
+  e->io_ = FdTableRegisterTransport(loop, fd, self, e);
   if (e->io_ == nullptr) {
     e->lost_.store(true);
     Py_DECREF(self);

@@ -278,7 +278,8 @@ PyMethodDef fd_methods[] = {
 
 }  // namespace
 
-io::ScheduledIo* FdTableRegisterTransport(PyObject* loop, int fd, PyObject* transport) {
+io::ScheduledIo* FdTableRegisterTransport(PyObject* loop, int fd, PyObject* transport,
+                                          rt_task::Task* owner) {
   FdTable& table = LoopFds(loop);
   std::lock_guard<std::mutex> lock(table.mu);
   auto it = table.entries.find(fd);
@@ -294,6 +295,7 @@ io::ScheduledIo* FdTableRegisterTransport(PyObject* loop, int fd, PyObject* tran
   FdEntry& e = table.entries[fd];
   e.io = io;
   e.transport = transport;
+  e.owner = owner;
   return io;
 }
 
@@ -303,18 +305,24 @@ void FdTableUnregisterTransport(PyObject* loop, int fd) {
   auto it = table.entries.find(fd);
   if (it == table.entries.end() || it->second.transport == nullptr) return;
   it->second.transport = nullptr;
+  it->second.owner = nullptr;
   DeregisterIfUnused(loop, table, fd);
 }
 
-void FdTableCloseWatchers(PyObject* loop) {
+void FdTableCloseAll(PyObject* loop) {
   FdTable& table = LoopFds(loop);
   std::vector<FdWatcher*> removed;
+  std::vector<rt_task::Task*> owners;
   {
     std::lock_guard<std::mutex> lock(table.mu);
     std::vector<int> fds;
     for (auto& [fd, e] : table.entries) {
       for (FdWatcher*& w : e.watchers) {
         if (w != nullptr) removed.push_back(std::exchange(w, nullptr));
+      }
+      if (e.owner != nullptr) {
+        e.owner->Ref();  // Until cancelled below, outside the lock.
+        owners.push_back(e.owner);
       }
       fds.push_back(fd);
     }
@@ -323,6 +331,10 @@ void FdTableCloseWatchers(PyObject* loop) {
   for (FdWatcher* w : removed) {
     w->Remove();
     w->Unref();
+  }
+  for (rt_task::Task* owner : owners) {
+    owner->Cancel();  // Its cancel path closes the socket.
+    owner->Unref();
   }
 }
 

@@ -20,6 +20,9 @@ class FdWatcher;
 struct FdEntry {
   runtime::io::ScheduledIo* io = nullptr;
   PyObject* transport = nullptr;  // Borrowed; set while a transport owns it.
+  // The transport's unit (borrowed: it unregisters before it goes), which
+  // a closing loop cancels.
+  runtime::task::Task* owner = nullptr;
   FdWatcher* watchers[2] = {nullptr, nullptr};  // One reference each.
 };
 
@@ -29,16 +32,21 @@ struct FdTable {
   absl::flat_hash_map<int, FdEntry> entries;  // Guarded by mu.
 };
 
-// Registers `fd` for a transport (`transport` is borrowed: it unregisters
-// before it goes). Raises RuntimeError if add_reader/add_writer watch it or
-// another transport owns it, OSError if the reactor refuses it. Returns the
-// reactor record, or nullptr with an error.
+// Registers `fd` for a transport whose unit is `owner` (both borrowed: the
+// transport unregisters before it goes). Raises RuntimeError if
+// add_reader/add_writer watch it or another transport owns it, OSError if
+// the reactor refuses it. Returns the reactor record, or nullptr with an
+// error.
 runtime::io::ScheduledIo* FdTableRegisterTransport(PyObject* loop, int fd,
-                                                   PyObject* transport);
+                                                   PyObject* transport,
+                                                   runtime::task::Task* owner);
 // Releases a transport's fd from the reactor (before the fd is closed).
 void FdTableUnregisterTransport(PyObject* loop, int fd);
-// Drops every watcher of a closing loop (their handles are cancelled).
-void FdTableCloseWatchers(PyObject* loop);
+// A closing loop: drops every watcher (their handles are cancelled) and
+// cancels every transport's unit, which closes its socket (a one-thread
+// loop's transports would wait for the garbage collector; ours are held by
+// the reactor, so they would never go).
+void FdTableCloseAll(PyObject* loop);
 
 // Adds the loop's module functions _fd_watch/_fd_unwatch/_fd_transport.
 int RegisterFdWatch(PyObject* module);

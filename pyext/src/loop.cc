@@ -748,8 +748,9 @@ PyObject* Loop_close_core(PyObject* self, PyObject*) {
     unit->Cancel();
     unit->Unref();
   }
-  // A closed selector loop forgets its readers and writers.
-  FdTableCloseWatchers(self);
+  // A closed selector loop forgets its readers and writers; transports
+  // still open are closed.
+  FdTableCloseAll(self);
   Py_RETURN_NONE;
 }
 
@@ -1286,6 +1287,12 @@ bool LoopDeferIfStopped(PyObject* loop, task::Task* unit) {
   if (st->running_flag.load(std::memory_order_acquire)) return false;
   std::lock_guard<std::mutex> lock(st->mu);
   if (st->running) return false;
+  if (st->closed) {
+    // Nothing of a closed loop runs again: the unit takes its cancel path
+    // once this poll returns, instead of waiting in a list nobody drains.
+    unit->Cancel();
+    return true;
+  }
   unit->Ref();
   st->deferred.push_back(unit);
   return true;

@@ -121,7 +121,8 @@ bool LoopRunsOnlyOnThisThread(PyObject* loop);
 
 // Called from a unit's Poll: if the loop is not running, parks the unit in
 // the deferred list (it returns "not finished" and is woken when the loop
-// runs again) and returns true.
+// runs again) and returns true; if the loop is closed, cancels the unit
+// instead (it takes its cancel path when the poll returns).
 bool LoopDeferIfStopped(PyObject* loop, runtime::task::Task* unit);
 
 // Makes `loop` the running loop of the calling worker thread if it is not

@@ -289,7 +289,7 @@ bool Conn::Start() {
     buffered_ = buffered > 0;
   }
   if (io_ == nullptr) {
-    io_ = FdTableRegisterTransport(loop_, fd_, transport_);
+    io_ = FdTableRegisterTransport(loop_, fd_, transport_, this);
     if (io_ == nullptr) {
       ReportToLoop(loop_, "Error on transport creation for incoming connection",
                    PyErr_GetRaisedException(), {});
@@ -1066,7 +1066,7 @@ PyObject* MakeSocketTransport(PyObject*, PyObject* const* args, Py_ssize_t nargs
   c->buffered_ = buffered > 0;
   if (args[3] != Py_None) c->waiter_ = Py_NewRef(args[3]);
   if (args[5] != Py_None) c->server_ = Py_NewRef(args[5]);
-  c->io_ = FdTableRegisterTransport(loop, c->fd_, transport);
+  c->io_ = FdTableRegisterTransport(loop, c->fd_, transport, c);
   if (c->io_ == nullptr) {
     // Never started: break the unit's hold on the object by hand.
     c->lost_.store(true);
@@ -1269,7 +1269,7 @@ PyObject* Listener_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   if (self == nullptr) return nullptr;
   auto* a = new Acceptor(loop, sock, factory, server, values[0], values[1], values[2],
                          values[3], backlog);
-  a->io_ = FdTableRegisterTransport(loop, values[0], server);
+  a->io_ = FdTableRegisterTransport(loop, values[0], server, a);
   if (a->io_ == nullptr) {
     a->Unref();
     Py_DECREF(self);

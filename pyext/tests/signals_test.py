@@ -172,3 +172,57 @@ def test_runtime_shutdown_from_another_thread_winds_down_a_run():
     assert proc.stdout.strip().split("|") == [
         "CancelledError:mt_asyncio runtime shutdown",
         "['started', 'finally', 'unwound']", "True"], proc.stdout
+
+
+def test_shutdown_stops_accepting_then_closes_open_connections():
+    # SIGTERM while a server has a client connected whose handler never
+    # finishes by itself: the server stops accepting at once, the main
+    # task unwinds (serve_forever closes the server and waits for its
+    # connections), and when the grace period ends the connection is
+    # aborted, so the run ends and the client sees its socket closed.
+    proc = run_child("""
+        import socket
+        mt_asyncio.runtime(threads=2, signals=[signal.SIGTERM])
+        seen = {}
+
+        async def handler(reader, writer):
+            log.append("connected")
+            await reader.read()  # Until the peer or the shutdown closes it.
+            log.append("handler saw eof")
+
+        def client(port):
+            s = socket.create_connection(("127.0.0.1", port), timeout=20)
+            while not log:
+                time.sleep(0.001)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # Draining has begun: no one accepts now.
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                seen["new connection"] = "accepted"
+            except OSError as e:
+                seen["new connection"] = type(e).__name__
+            seen["client read"] = s.recv(10)
+            s.close()
+
+        async def program():
+            server = await asyncio.start_server(handler, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            threading.Thread(target=client, args=(port,)).start()
+            await server.serve_forever()
+
+        try:
+            asyncio.run(program())
+            outcome = "returned"
+        except BaseException as exc:
+            outcome = type(exc).__name__
+        time.sleep(0.5)
+        print(outcome, log, sorted(seen.items()), sep="|")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    outcome, log, seen = proc.stdout.strip().split("|")
+    assert outcome == "CancelledError", proc.stdout
+    # The handler is cancelled with the rest of the run's tasks; whether
+    # it saw the EOF first is a race stdlib has too.
+    assert log in ("['connected']", "['connected', 'handler saw eof']"), proc.stdout
+    assert seen == ("[('client read', b''), "
+                    "('new connection', 'ConnectionRefusedError')]"), proc.stdout
