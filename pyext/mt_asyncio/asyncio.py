@@ -101,6 +101,11 @@ del _name
 
 
 def __getattr__(name):
+    if name == "compat":
+        # The seed's spelling, asyncio.compat.install(): the same module as
+        # mt_asyncio.compat (imported late: it imports this module).
+        from . import compat
+        return compat
     # Submodules and private helpers (``asyncio.events``, ``asyncio.tasks``,
     # ...) are stdlib's.
     try:

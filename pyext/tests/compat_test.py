@@ -95,3 +95,12 @@ def test_call_graph_functions_rebound_and_used_by_library_code():
     assert [g.future for g in graph.awaited_by] == [parent]
     compat.uninstall()
     assert asyncio.graph.capture_call_graph is original
+
+
+def test_compat_is_reachable_from_the_asyncio_namespace():
+    # The seed README's spelling: asyncio.compat.install().
+    import mt_asyncio.asyncio as mt_aio
+    import mt_asyncio.compat
+    assert mt_aio.compat is mt_asyncio.compat
+    from mt_asyncio.asyncio import compat
+    assert compat is mt_asyncio.compat
