@@ -142,11 +142,14 @@ async def wait(fs, *, timeout=None, return_when=ALL_COMPLETED):
     """Wait for futures and tasks; return (done, pending) sets."""
     if futures.isfuture(fs) or coroutines.iscoroutine(fs):
         raise TypeError(f"expect a list of futures, not {type(fs).__name__}")
+    # Copied before the emptiness check: a set that other workers empty
+    # meanwhile (tasks removing themselves when done) must not pass the
+    # check and then be waited on empty, which would never return.
+    fs = set(fs)
     if not fs:
         raise ValueError("Set of Tasks/Futures is empty.")
     if return_when not in (FIRST_COMPLETED, FIRST_EXCEPTION, ALL_COMPLETED):
         raise ValueError(f"Invalid return_when value: {return_when}")
-    fs = set(fs)
     if any(coroutines.iscoroutine(f) for f in fs):
         raise TypeError("Passing coroutines is forbidden, use tasks explicitly.")
     loop = events.get_running_loop()

@@ -80,7 +80,10 @@ class Endpoint final : public rt_task::Task {
     Locked lock(mu_);
     return Py_XNewRef(protocol_);
   }
-  bool OnMyStrand() const { return strand_ != nullptr && Strand::Current() == strand_; }
+  bool OnMyStrand() const {
+    Strand* current = Strand::Current();
+    return current != nullptr && strand_ != nullptr && current->Excludes(strand_);
+  }
   // Sends one datagram through the socket: 0, EAGAIN (nothing sent), or -1
   // with the Python error set.
   int SendNow(PyObject* data, PyObject* addr);
@@ -713,18 +716,11 @@ PyObject* MakeDatagramTransport(PyObject*, PyObject* const* args, Py_ssize_t nar
     return nullptr;
   }
   e->transport_ = Py_NewRef(self);
-  // Like a client connection: the calling strand, or a new one the calling
-  // task joins.
-  Strand* strand = Strand::Current();
-  if (strand == nullptr) {
-    strand = Strand::Create(LoopRuntime(loop).executor());
-    if (rt_task::Task* unit = CurrentTaskUnit()) unit->set_executor(strand);
-    e->set_executor(strand);
-    strand->Unref();
-  } else {
-    e->set_executor(strand);
-  }
+  // Like a client connection: a strand of its own under the caller's.
+  Strand* strand = NewConnectionStrand(loop);
+  e->set_executor(strand);
   e->strand_ = strand;
+  strand->Unref();  // The unit holds it.
   e->Ref();
   LoopWake(loop, e);
   e->Unref();

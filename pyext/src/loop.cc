@@ -1197,7 +1197,8 @@ bool HeldFirstSteps::Hold(PyObject* loop, PyObject* task, task::Task* unit) {
 runtime::Runtime& LoopRuntime(PyObject* loop) { return *StateOf(loop)->runtime; }
 
 task::Executor* LoopExecutor(PyObject* loop) {
-  if (auto* strand = runtime::scheduler::Strand::Current()) return strand;
+  auto* strand = runtime::scheduler::Strand::Current();
+  if (strand != nullptr && strand->inherits()) return strand;
   return StateOf(loop)->runtime->executor();
 }
 

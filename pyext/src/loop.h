@@ -132,9 +132,9 @@ int LoopEnterOnWorker(PyObject* loop);
 
 // The runtime behind `loop` (started with it).
 runtime::Runtime& LoopRuntime(PyObject* loop);
-// Where a unit made now for `loop` is bound: the strand the calling thread
-// runs (a connection's, see transport.h), so that what a connection's
-// callbacks start stays serialized with them, else the runtime's scheduler.
+// Where a unit made now for `loop` is bound: the connection strand the
+// calling thread runs (transport.h), so that what a connection's callbacks
+// start stays serialized with them, else the runtime's scheduler.
 runtime::task::Executor* LoopExecutor(PyObject* loop);
 // The loop's table of registered file descriptors (fd_watch.h).
 FdTable& LoopFds(PyObject* loop);

@@ -166,7 +166,12 @@ class Conn final : public rt_task::Task {
   // On the connection's strand: delivers pause_writing/resume_writing if
   // the wanted state changed.
   void SyncPause();
-  bool OnMyStrand() const { return Strand::Current() == strand_ && strand_ != nullptr; }
+  // Whether the caller runs on this connection's strand or an ancestor of
+  // it: then no callback of the connection can run meanwhile.
+  bool OnMyStrand() const {
+    Strand* current = Strand::Current();
+    return current != nullptr && strand_ != nullptr && current->Excludes(strand_);
+  }
   PyObject* Protocol() {
     Locked lock(mu_);
     return Py_XNewRef(protocol_);
@@ -1075,16 +1080,10 @@ PyObject* MakeSocketTransport(PyObject*, PyObject* const* args, Py_ssize_t nargs
     return nullptr;
   }
   SetNoDelay(c->fd_);
-  Strand* strand = Strand::Current();
-  if (strand == nullptr) {
-    strand = Strand::Create(LoopRuntime(loop).executor());
-    if (rt_task::Task* unit = CurrentTaskUnit()) unit->set_executor(strand);
-    c->set_executor(strand);
-    strand->Unref();
-  } else {
-    c->set_executor(strand);
-  }
+  Strand* strand = NewConnectionStrand(loop);
+  c->set_executor(strand);
   c->strand_ = strand;
+  strand->Unref();  // The unit holds it.
   c->Ref();  // The wake's; LoopWake takes its own if it defers.
   LoopWake(loop, c);
   c->Unref();
@@ -1110,6 +1109,7 @@ class Acceptor final : public rt_task::Task {
         proto_(proto),
         backlog_(std::clamp(backlog, 1, kMaxAcceptsPerPoll)) {}
   ~Acceptor() override {
+    if (owner_ != nullptr) owner_->Unref();
     DecRefAnyThread(loop_);
     DecRefAnyThread(sock_);
     DecRefAnyThread(factory_);
@@ -1125,6 +1125,9 @@ class Acceptor final : public rt_task::Task {
   const int family_, type_, proto_;
   const int backlog_;
   io::ScheduledIo* io_ = nullptr;
+  // The strand of the task that started serving (one reference, or
+  // nullptr): accepted connections are its children.
+  Strand* owner_ = nullptr;
   std::atomic<bool> closed_{false};
   // Wakes the acceptor a second after accept() ran out of descriptors.
   runtime::time::TimerEntry retry_;
@@ -1159,9 +1162,10 @@ void Acceptor::StartConnection(int fd) {
   Py_DECREF(sock);
   c->factory_ = Py_NewRef(factory_);
   c->server_ = Py_NewRef(server_);
-  // A strand of its own, queued on this worker: idle workers steal it, so
-  // connections from one listening socket spread over every worker.
-  Strand* strand = Strand::Create(LoopRuntime(loop_).executor());
+  // A strand of its own under the server's owner, queued on this worker:
+  // idle workers steal it, so connections from one listening socket spread
+  // over every worker.
+  Strand* strand = Strand::Create(LoopRuntime(loop_).executor(), owner_);
   c->set_executor(strand);
   c->strand_ = strand;
   strand->Unref();
@@ -1275,6 +1279,7 @@ PyObject* Listener_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
     Py_DECREF(self);
     return nullptr;
   }
+  a->owner_ = OwnerStrand(loop);
   a->set_executor(LoopRuntime(loop).executor());
   self->acceptor = a;
   a->Ref();

@@ -2,6 +2,10 @@
 
 #include <cstring>
 
+#include "pyext/src/loop.h"
+#include "pyext/src/task.h"
+#include "runtime/runtime.h"
+
 namespace mt::pyext::transport {
 
 PyObject* transport_socket_type = nullptr;
@@ -131,6 +135,31 @@ int SocketFd(PyObject* sock) {
     return -1;
   }
   return fd;
+}
+
+runtime::scheduler::Strand* OwnerStrand(PyObject* loop) {
+  using runtime::scheduler::Strand;
+  if (Strand* current = Strand::Current()) {
+    current->Ref();
+    return current;
+  }
+  runtime::task::Task* unit = CurrentTaskUnit();
+  if (unit == nullptr) return nullptr;
+  // From this step on, the task's wakes go through its new strand, and so
+  // do those of the tasks it starts: libraries start helpers from the task
+  // that owns a server (websockets' closing task, say) that expect to see
+  // the connections as the owner does.
+  Strand* owner = Strand::Create(LoopRuntime(loop).executor());
+  unit->set_executor(owner);
+  return owner;
+}
+
+runtime::scheduler::Strand* NewConnectionStrand(PyObject* loop) {
+  using runtime::scheduler::Strand;
+  Strand* owner = OwnerStrand(loop);
+  Strand* strand = Strand::Create(LoopRuntime(loop).executor(), owner);
+  if (owner != nullptr) owner->Unref();
+  return strand;
 }
 
 }  // namespace mt::pyext::transport

@@ -6,6 +6,8 @@
 #include <initializer_list>
 #include <utility>
 
+#include "runtime/scheduler/strand.h"
+
 // What the stream and datagram transports share: the lock they guard their
 // state with, how they report errors to the loop, and stdlib's extra info.
 
@@ -51,6 +53,17 @@ PyObject* CallMethod(PyObject* obj, const char* name, PyObject* arg = nullptr);
 PyObject* MakeExtra(PyObject* sock, PyObject* extra);
 // The fd of a Python socket object, or -1 with an error.
 int SocketFd(PyObject* sock);
+
+// A new strand for a connection that the calling code makes, as a child of
+// the strand that code runs on. Code not on a strand but in a task (the
+// usual asyncio.run() main task) joins a new strand first, made for it, so
+// its next steps exclude the connection's callbacks (see
+// runtime/scheduler/strand.h); so do the tasks it starts from then on.
+// New reference.
+runtime::scheduler::Strand* NewConnectionStrand(PyObject* loop);
+// Like NewConnectionStrand, but the strand the calling code runs on (or
+// joins) itself. New reference, or nullptr outside any task or strand.
+runtime::scheduler::Strand* OwnerStrand(PyObject* loop);
 
 }  // namespace mt::pyext::transport
 

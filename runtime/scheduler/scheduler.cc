@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/scheduler/strand.h"
 
 namespace mt::runtime::scheduler {
 namespace {
@@ -524,7 +525,10 @@ void Scheduler::Worker::RunOne(task::Task* task) {
   // The stall detector (Runtime's supervisor) samples this id together
   // with units_run to tell how long one unit has held the worker.
   m.current_task_id.store(task->id(), std::memory_order_release);
-  task::RunTask(task);
+  {
+    Strand::RunScope scope;  // Its wakes to strands go when it returns.
+    task::RunTask(task);
+  }
   m.current_task_id.store(0, std::memory_order_release);
   metrics::OwnerAdd(m.units_run, 1);
 }

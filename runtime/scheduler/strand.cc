@@ -1,11 +1,17 @@
 #include "runtime/scheduler/strand.h"
 
 #include <utility>
+#include <vector>
 
 namespace mt::runtime::scheduler {
 namespace {
 
 thread_local Strand* current_strand = nullptr;
+
+// Strand wakes held by the RunScopes open on this thread (each with a
+// reference to its strand), and how many scopes are open.
+thread_local std::vector<std::pair<Strand*, task::ScheduleKind>> held_wakes;
+thread_local int open_scopes = 0;
 
 // Runs the cancel path of a unit the caller owns the queue's reference of.
 void CancelQueued(task::Task* task) {
@@ -15,12 +21,92 @@ void CancelQueued(task::Task* task) {
 
 }  // namespace
 
-Strand::Strand() : Task(/*scheduled=*/false) {}
+Strand::Strand(Strand* parent, Inherit inherit)
+    : Task(/*scheduled=*/false), parent_(parent), inherit_(inherit) {
+  if (parent_ != nullptr) parent_->Ref();
+}
 
-Strand* Strand::Create(task::Executor* target) {
-  auto* strand = new Strand();
+Strand::~Strand() {
+  if (parent_ != nullptr) parent_->Unref();
+}
+
+Strand* Strand::Create(task::Executor* target, Strand* parent, Inherit inherit) {
+  auto* strand = new Strand(parent, inherit);
   strand->set_executor(target);
   return strand;
+}
+
+bool Strand::Excludes(const Strand* other) const {
+  for (const Strand* s = other; s != nullptr; s = s->parent_) {
+    if (s == this) return true;
+  }
+  return false;
+}
+
+bool Strand::EnterAncestors() {
+  for (Strand* a = parent_; a != nullptr; a = a->parent_) {
+    {
+      std::lock_guard<std::mutex> lock(a->gate_mu_);
+      if (!a->writer_running_ && !a->writer_waiting_) {
+        ++a->readers_;
+        continue;
+      }
+      Ref();  // Until `a` wakes us.
+      a->blocked_.push_back(this);
+    }
+    LeaveAncestors(a);
+    return false;
+  }
+  return true;
+}
+
+void Strand::LeaveAncestors(const Strand* stop) {
+  for (Strand* a = parent_; a != stop; a = a->parent_) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(a->gate_mu_);
+      wake = --a->readers_ == 0 && a->writer_waiting_;
+    }
+    if (wake) a->Wake(task::ScheduleKind::kWake);
+  }
+}
+
+bool Strand::EnterSelf() {
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  if (readers_ > 0) {
+    writer_waiting_ = true;  // New readers hold off; the last one wakes us.
+    return false;
+  }
+  writer_running_ = true;
+  writer_waiting_ = false;
+  return true;
+}
+
+void Strand::LeaveSelf() {
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    writer_running_ = false;
+  }
+  WakeBlocked();
+}
+
+void Strand::WakeBlocked() {
+  std::vector<Strand*> blocked;
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    // Still waiting to run (a budget's worth left queued): they may queue
+    // on us again, which is what keeps a busy owner from starving.
+    blocked.swap(blocked_);
+  }
+  for (Strand* s : blocked) {
+    s->Wake(task::ScheduleKind::kWake);
+    s->Unref();
+  }
+}
+
+int Strand::running_descendants() {
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  return readers_;
 }
 
 Strand* Strand::Current() { return current_strand; }
@@ -41,7 +127,27 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
   // remembers it and the strand is queued again once this poll ends, so a
   // unit pushed after the poll looked at the queue for the last time is
   // never stranded.
-  Wake(kind == task::ScheduleKind::kYield ? task::ScheduleKind::kWake : kind);
+  if (kind == task::ScheduleKind::kYield) kind = task::ScheduleKind::kWake;
+  if (open_scopes > 0 && current_strand != this) {
+    Ref();  // Held until the running unit's scope hands it over.
+    held_wakes.emplace_back(this, kind);
+    return;
+  }
+  Wake(kind);
+}
+
+Strand::RunScope::RunScope() : start_(held_wakes.size()) { ++open_scopes; }
+
+Strand::RunScope::~RunScope() {
+  --open_scopes;
+  // Handing over may run nothing here (a wake only queues), so the list
+  // is stable while we walk it.
+  for (std::size_t i = start_; i < held_wakes.size(); ++i) {
+    auto [strand, kind] = held_wakes[i];
+    strand->Wake(kind);
+    strand->Unref();
+  }
+  held_wakes.resize(start_);
 }
 
 void Strand::OnComplete(task::Task* task) { executor()->OnComplete(task); }
@@ -55,6 +161,13 @@ task::Task* Strand::Pop() {
 }
 
 bool Strand::Poll() {
+  // Parked on an ancestor (it wakes us when it is done), or waiting for
+  // our descendants' current units (the last one wakes us).
+  if (!EnterAncestors()) return false;
+  if (!EnterSelf()) {
+    LeaveAncestors(nullptr);
+    return false;
+  }
   Strand* outer = std::exchange(current_strand, this);
   int ran = 0;
   for (; ran < kBudget; ++ran) {
@@ -62,9 +175,12 @@ bool Strand::Poll() {
     if (task == nullptr) break;
     // A unit that wakes itself while it runs is pushed back on this queue
     // (Schedule above), behind whatever else is waiting here.
+    RunScope scope;
     task::RunTask(task);
   }
   current_strand = outer;
+  LeaveSelf();
+  LeaveAncestors(nullptr);
   if (ran == kBudget) {
     // Units queued before this poll began woke a strand that was already
     // scheduled, which the state word does not remember: ask again, and
@@ -87,6 +203,7 @@ void Strand::OnCancel() {
     queued.swap(queue_);
   }
   for (task::Task* task : queued) CancelQueued(task);
+  WakeBlocked();  // Their own cancel paths run from their wakes.
 }
 
 std::size_t Strand::queued() {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <deque>
 #include <mutex>
+#include <vector>
 
 #include "runtime/task/task.h"
 
@@ -20,6 +21,18 @@ namespace mt::runtime::scheduler {
 // what it would see on a one-thread loop, while connections still spread
 // over every worker.
 //
+// Strands nest. A strand made with a parent never runs while the parent
+// (or any ancestor) runs, and a parent waits for its running descendants
+// to finish their current units before it runs: a reader-writer gate per
+// strand, where running descendants are readers and the strand's own
+// units the writer. Siblings run in parallel. The task that makes a server
+// or a client connection owns it this way (the connection's strand is a
+// child of the task's): library code in that task, iterating over its
+// connections or reading what their callbacks buffered, sees them as a
+// one-thread loop would, while the connections run in parallel with each
+// other. A waiting writer holds off new readers, so a busy set of
+// connections cannot starve the task that owns them.
+//
 // The strand is itself a unit of `target`: binding a unit to it
 // (Task::set_executor) makes every wake of that unit go through
 // Schedule(), which appends it to the strand's queue and wakes the strand.
@@ -32,9 +45,24 @@ class Strand final : public task::Task, public task::Executor {
   // Units a strand runs per poll before going to the back of a queue.
   static constexpr int kBudget = 64;
 
-  // A new idle strand on `target`, with one reference owned by the caller
-  // (drop it with Unref()).
-  static Strand* Create(task::Executor* target);
+  // Whether the units made while a strand runs are bound to it (its
+  // embedder's choice, see inherits()): a connection's strand keeps the
+  // tasks its callbacks start; the strand a task joins to own connections
+  // leaves the tasks it starts free to run in parallel.
+  enum class Inherit { kNo, kYes };
+
+  // A new idle strand on `target`, under `parent` (retained; nullptr: a
+  // root), with one reference owned by the caller (drop it with Unref()).
+  static Strand* Create(task::Executor* target, Strand* parent = nullptr,
+                        Inherit inherit = Inherit::kYes);
+  ~Strand() override;
+
+  // Whether this strand's units exclude those of `other`: it is `other` or
+  // one of its ancestors. Code running on such a strand may touch what
+  // `other`'s units touch.
+  bool Excludes(const Strand* other) const;
+  Strand* parent() const { return parent_; }
+  bool inherits() const { return inherit_ == Inherit::kYes; }
 
   // The strand whose unit the calling thread is running, or nullptr.
   static Strand* Current();
@@ -56,14 +84,59 @@ class Strand final : public task::Task, public task::Executor {
   void OnCancel() override;
 
   std::size_t queued();
+  // Descendants running now (for tests).
+  int running_descendants();
+
+  // While a worker runs a unit, the wakes that unit gives to other strands
+  // are held and handed over when its run ends: whatever a step or
+  // callback starts on another connection (closing it, waking a task bound
+  // to it) begins after that step, as it would on a one-thread loop.
+  // Without it, a library that closes its connections while iterating over
+  // them (aiohttp's shutdown) saw each connection_lost remove entries from
+  // the dict it was iterating, on another worker. Scopes nest; each hands
+  // over what was held since it began. Wakes from outside any scope (the
+  // reactor, timers, plain threads) go at once.
+  class RunScope {
+   public:
+    RunScope();
+    ~RunScope();
+    RunScope(const RunScope&) = delete;
+    RunScope& operator=(const RunScope&) = delete;
+
+   private:
+    std::size_t start_;
+  };
 
  private:
-  Strand();
+  Strand(Strand* parent, Inherit inherit);
   task::Task* Pop();
+  // The gate. Enter every ancestor as a reader, nearest first; on an
+  // ancestor that runs or waits to, queue on it (it wakes us) and back
+  // out of the ones entered. Returns whether all were entered.
+  bool EnterAncestors();
+  // Leaves the ancestors entered, below `stop` (nullptr: all of them); an
+  // ancestor waiting for its last reader is woken.
+  void LeaveAncestors(const Strand* stop);
+  // Enters this strand as the writer: false (and marked waiting, woken by
+  // the last reader leaving) while descendants run.
+  bool EnterSelf();
+  // Leaves it, waking the descendants that queued on it.
+  void LeaveSelf();
+  void WakeBlocked();
+
+  Strand* const parent_;  // One reference, or nullptr.
+  const Inherit inherit_;
 
   std::mutex mu_;
   std::deque<task::Task*> queue_;  // Guarded by mu_; one reference each.
   bool cancelled_ = false;         // Guarded by mu_.
+
+  std::mutex gate_mu_;
+  int readers_ = 0;              // Running descendants. Guarded by gate_mu_.
+  bool writer_running_ = false;  // Guarded by gate_mu_.
+  bool writer_waiting_ = false;  // Guarded by gate_mu_.
+  // Descendants that found us running or waiting; one reference each.
+  std::vector<Strand*> blocked_;  // Guarded by gate_mu_.
 };
 
 }  // namespace mt::runtime::scheduler

@@ -165,6 +165,115 @@ TEST(StrandTest, BudgetLetsOtherWorkRun) {
   rt.Shutdown();
 }
 
+// What a unit starts on another strand begins after that unit's run ends
+// (on a one-thread loop, after the callback that scheduled it), even with
+// idle workers around; wakes from outside any run go at once.
+TEST(StrandTest, WakesToOtherStrandsWaitForTheRunThatGaveThem) {
+  Runtime rt(TestConfig(4));
+  ASSERT_TRUE(rt.Start().ok());
+  Strand* a = Strand::Create(rt.executor());
+  Strand* b = Strand::Create(rt.executor());
+  std::atomic<bool> waker_done{false};
+  std::atomic<int> started_early{0};
+  std::atomic<int> ran{0};
+  constexpr int kRounds = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    waker_done.store(false);
+    auto* target = new LambdaTask(
+        [&](LambdaTask*) {
+          if (!waker_done.load()) started_early.fetch_add(1);
+          ran.fetch_add(1);
+          return true;
+        },
+        /*scheduled=*/false);
+    target->set_executor(b);
+    StartOn(a, [&, target](LambdaTask*) {
+      target->Wake();
+      // Keep running a while: an idle worker could take b meanwhile.
+      const auto until = std::chrono::steady_clock::now() + milliseconds(5);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      waker_done.store(true);
+      target->Unref();
+      return true;
+    })->Unref();
+    ASSERT_TRUE(Eventually([&] { return ran.load() == round + 1; }));
+  }
+  EXPECT_EQ(started_early.load(), 0);
+  a->Unref();
+  b->Unref();
+  rt.Shutdown();
+}
+
+// A parent's units never run while a child's do; children run in parallel
+// with each other; nested descendants are excluded too.
+TEST(StrandTest, ParentExcludesItsDescendantsWhichRunInParallel) {
+  Runtime rt(TestConfig(4));
+  ASSERT_TRUE(rt.Start().ok());
+  Strand* parent = Strand::Create(rt.executor());
+  std::vector<Strand*> children;
+  for (int i = 0; i < 3; ++i) children.push_back(Strand::Create(rt.executor(), parent));
+  Strand* grandchild = Strand::Create(rt.executor(), children[0]);
+  EXPECT_TRUE(parent->Excludes(grandchild));
+  EXPECT_TRUE(children[0]->Excludes(grandchild));
+  EXPECT_FALSE(children[1]->Excludes(grandchild));
+  EXPECT_FALSE(grandchild->Excludes(parent));
+
+  std::atomic<int> in_parent{0};
+  std::atomic<int> in_children{0};
+  std::atomic<int> violations{0};
+  std::atomic<int> max_children{0};
+  std::atomic<int> done{0};
+  constexpr int kSteps = 300;
+  auto spin = [] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
+  auto child_step = [&](LambdaTask* self, std::shared_ptr<int> n) {
+    const int now = in_children.fetch_add(1) + 1;
+    int seen = max_children.load();
+    while (now > seen && !max_children.compare_exchange_weak(seen, now)) {
+    }
+    if (in_parent.load() != 0) violations.fetch_add(1);
+    spin();
+    in_children.fetch_sub(1);
+    if (++*n == kSteps) {
+      done.fetch_add(1);
+      return true;
+    }
+    self->Wake();
+    return false;
+  };
+  for (Strand* c : children) {
+    auto n = std::make_shared<int>(0);
+    StartOn(c, [&, n](LambdaTask* self) { return child_step(self, n); })->Unref();
+  }
+  auto gn = std::make_shared<int>(0);
+  StartOn(grandchild, [&, gn](LambdaTask* self) { return child_step(self, gn); })->Unref();
+  auto pn = std::make_shared<int>(0);
+  StartOn(parent, [&, pn](LambdaTask* self) {
+    in_parent.fetch_add(1);
+    if (in_children.load() != 0) violations.fetch_add(1);
+    spin();
+    in_parent.fetch_sub(1);
+    if (++*pn == kSteps / 10) {
+      done.fetch_add(1);
+      return true;
+    }
+    self->Wake();
+    return false;
+  })->Unref();
+  ASSERT_TRUE(Eventually([&] { return done.load() == 5; }, std::chrono::seconds(30)));
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_GE(max_children.load(), 2);  // Siblings overlapped.
+  EXPECT_TRUE(Eventually([&] { return parent->running_descendants() == 0; }));
+  grandchild->Unref();
+  for (Strand* c : children) c->Unref();
+  parent->Unref();
+  rt.Shutdown();
+}
+
 // The strand keeps itself alive while a bound unit exists, even after its
 // creator dropped it; units woken after the runtime stopped are cancelled,
 // never lost.
