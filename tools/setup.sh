@@ -13,8 +13,12 @@ DEBIAN_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   android-libboringssl-dev # BoringSSL for the runtime's TLS engine
   libbenchmark-dev libgtest-dev libgmock-dev
+  openssl                  # The TLS suites make their test CA with it
 )
 PIP_PACKAGES=("pybind11>=3.0" "pytest>=8")
+# Libraries the network suite runs unmodified on the parallel loop
+# (tests/libs); each has a wheel for free-threaded 3.14 on PyPI.
+LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio)
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
@@ -47,6 +51,10 @@ PY
 then
   echo "setup: installing ${PIP_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}"
+fi
+if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio" 2>/dev/null; then
+  echo "setup: installing ${LIB_PACKAGES[*]} into $python"
+  "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${LIB_PACKAGES[@]}"
 fi
 
 gil=$("$python" -c 'import sys; print("enabled" if getattr(sys, "_is_gil_enabled", lambda: True)() else "disabled")')

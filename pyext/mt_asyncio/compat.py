@@ -18,7 +18,7 @@ import threading
 
 from . import asyncio as _mt
 
-__all__ = ["install", "uninstall", "installed"]
+__all__ = ["install", "uninstall", "installed", "serial_tasks"]
 
 # (module, attribute): the attribute is replaced by mt_asyncio.asyncio's
 # object of the same name.
@@ -49,6 +49,7 @@ _TOP_LEVEL_ONLY = ("Future", "Task", "EventLoop", "sleep")
 
 _lock = threading.Lock()
 _saved = None  # {(module name, attribute): original}
+_serial_tasks = False
 
 
 def _pairs():
@@ -60,10 +61,21 @@ def _pairs():
         yield "asyncio", name
 
 
-def install():
-    """Rebind stdlib asyncio's names to mt_asyncio's. Idempotent."""
-    global _saved
+def install(*, serial_tasks=True):
+    """Rebind stdlib asyncio's names to mt_asyncio's. Idempotent.
+
+    With serial_tasks (the default), asyncio.run() and Runner.run() start
+    their main task on a strand that every task it starts shares: the
+    program's own tasks step one at a time, as on stdlib's loop, so objects
+    libraries share between tasks without locks (an HTTP client's pool of
+    connections, a server's registry of them) stay consistent. What runs in
+    parallel is what network I/O makes independent: each connection's
+    callbacks and the tasks they start (a server's request handlers), on
+    strands of their own. serial_tasks=False keeps every task parallel, as
+    mt_asyncio is without compat (shared state then needs locks)."""
+    global _saved, _serial_tasks
     with _lock:
+        _serial_tasks = bool(serial_tasks)
         if _saved is not None:
             return
         saved = {}
@@ -90,3 +102,9 @@ def uninstall():
 def installed():
     """True between install() and uninstall()."""
     return _saved is not None
+
+
+def serial_tasks():
+    """Whether run()'s main task and its descendants share one strand
+    (install(serial_tasks=True), while installed)."""
+    return _saved is not None and _serial_tasks

@@ -5,6 +5,7 @@ import contextvars
 import enum
 import functools
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -95,6 +96,11 @@ def _drain(grace):
 _core._set_drain_hook(_drain)
 
 
+def _serial_tasks():
+    compat = sys.modules.get("mt_asyncio.compat")
+    return compat is not None and compat.serial_tasks()
+
+
 class Runner:
     """Runs coroutines on one mt_asyncio loop and closes it cleanly: the
     same contract as asyncio.Runner."""
@@ -147,7 +153,10 @@ class Runner:
                 raise TypeError(f"a coroutine was expected, got {coro!r}")
         if context is None:
             context = self._context
-        task = self._loop.create_task(coro, context=context)
+        if _serial_tasks():
+            task = _core._serial_task(self._loop, coro, context)
+        else:
+            task = self._loop.create_task(coro, context=context)
         sigint_installed = False
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):

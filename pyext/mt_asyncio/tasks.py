@@ -30,6 +30,12 @@ FIRST_EXCEPTION = _stdlib_asyncio.FIRST_EXCEPTION
 ALL_COMPLETED = _stdlib_asyncio.ALL_COMPLETED
 
 
+# stdlib's own, kept before compat.install() points asyncio.current_task
+# and all_tasks at ours (which would then call themselves).
+_stdlib_current_task = _stdlib_asyncio.tasks.current_task
+_stdlib_all_tasks = _stdlib_asyncio.tasks.all_tasks
+
+
 def current_task(loop=None):
     """The task running on this thread (its loop must be `loop` if given)."""
     if loop is None:
@@ -37,7 +43,7 @@ def current_task(loop=None):
     task = _core._current_task()
     if task is None:
         # A stdlib task on a stdlib loop, or none at all.
-        return _stdlib_asyncio.current_task(loop)
+        return _stdlib_current_task(loop)
     return task if task.get_loop() is loop else None
 
 
@@ -48,7 +54,7 @@ def all_tasks(loop=None):
     if isinstance(loop, _core.Loop):
         # The loop keeps a registry of its pending tasks (C++, sharded).
         return {t for t in loop._all_tasks() if not t.done()}
-    return _stdlib_asyncio.all_tasks(loop)
+    return _stdlib_all_tasks(loop)
 
 
 def create_task(coro, **kwargs):

@@ -25,6 +25,7 @@
 #include "pyext/src/locks.h"
 #include "pyext/src/loop.h"
 #include "pyext/src/queues.h"
+#include "pyext/src/serial_tasks.h"
 #include "pyext/src/task.h"
 #include "pyext/src/transport.h"
 #include "pyext/src/runtime_holder.h"
@@ -221,7 +222,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       mt::pyext::RegisterAwaitedBy(m.ptr()) < 0 ||
       mt::pyext::RegisterFdWatch(m.ptr()) < 0 ||
       mt::pyext::RegisterTransportTypes(m.ptr()) < 0 ||
-      mt::pyext::RegisterDatagramType(m.ptr()) < 0) {
+      mt::pyext::RegisterDatagramType(m.ptr()) < 0 ||
+      mt::pyext::RegisterSerialTasks(m.ptr()) < 0) {
     throw py::error_already_set();
   }
 

@@ -136,6 +136,11 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
   Wake(kind);
 }
 
+Strand::CurrentScope::CurrentScope(Strand* strand)
+    : outer_(std::exchange(current_strand, strand)) {}
+
+Strand::CurrentScope::~CurrentScope() { current_strand = outer_; }
+
 Strand::RunScope::RunScope() : start_(held_wakes.size()) { ++open_scopes; }
 
 Strand::RunScope::~RunScope() {

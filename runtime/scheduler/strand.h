@@ -87,6 +87,20 @@ class Strand final : public task::Task, public task::Executor {
   // Descendants running now (for tests).
   int running_descendants();
 
+  // Makes `strand` Current() on this thread while it lives, as if one of
+  // its units ran here: what the thread makes meanwhile is bound to it. For
+  // a thread outside the runtime that starts the first unit of a strand.
+  class CurrentScope {
+   public:
+    explicit CurrentScope(Strand* strand);
+    ~CurrentScope();
+    CurrentScope(const CurrentScope&) = delete;
+    CurrentScope& operator=(const CurrentScope&) = delete;
+
+   private:
+    Strand* outer_;
+  };
+
   // While a worker runs a unit, the wakes that unit gives to other strands
   // are held and handed over when its run ends: whatever a step or
   // callback starts on another connection (closing it, waking a task bound
