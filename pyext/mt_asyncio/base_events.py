@@ -22,6 +22,7 @@ from asyncio import coroutines, events, futures
 
 from . import _core, tasks
 from .connections import ConnectionMethods
+from .sendfile import SendfileMethods
 from .sockets import SocketMethods
 
 __all__ = ["EventLoop", "new_event_loop"]
@@ -44,7 +45,7 @@ def _run_until_complete_cb(fut):
 
 
 class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
-                events.AbstractEventLoop):
+                SendfileMethods, events.AbstractEventLoop):
     """An asyncio event loop whose callbacks and tasks run on the mt_asyncio
     runtime's worker threads, in parallel."""
 

@@ -1,6 +1,7 @@
 #include "pyext/src/transport.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -116,6 +117,7 @@ class Conn final : public rt_task::Task {
     DecRefAnyThread(server_);
     DecRefAnyThread(waiter_);
     DecRefAnyThread(lost_exc_);
+    DecRefAnyThread(writable_waiter_);
   }
 
   bool Poll() override;
@@ -147,6 +149,11 @@ class Conn final : public rt_task::Task {
   int conn_lost_ = 0;
   bool lost_pending_ = false;  // connection_lost is due.
   PyObject* lost_exc_ = nullptr;
+  // loop.sendfile()'s native path: write() refuses while it runs, and the
+  // unit resolves writable_waiter_ once the buffer is flushed and the
+  // socket takes more.
+  bool sendfile_active_ = false;
+  PyObject* writable_waiter_ = nullptr;
 
   // --- the unit's own (on the strand) ---
   bool started_ = false;
@@ -184,8 +191,27 @@ class Conn final : public rt_task::Task {
   bool Start();
   void ReadOnce();
   void FlushIfWritable();
+  void ServeWritableWaiter();
   void DeliverLost();
 };
+
+// Resolves *waiter (a future; cleared) with None unless it was cancelled,
+// or fails it with `exc` (borrowed) when given.
+void ResolveWaiter(PyObject** waiter, PyObject* exc = nullptr) {
+  PyObject* w = std::exchange(*waiter, nullptr);
+  if (w == nullptr) return;
+  PyObject* cancelled = CallMethod(w, "cancelled");
+  if (cancelled == Py_False) {
+    PyObject* r = exc == nullptr ? PyObject_CallMethod(w, "set_result", "O", Py_None)
+                                 : PyObject_CallMethod(w, "set_exception", "O", exc);
+    if (r == nullptr) PyErr_WriteUnraisable(w);
+    Py_XDECREF(r);
+  } else if (cancelled == nullptr) {
+    PyErr_WriteUnraisable(w);
+  }
+  Py_XDECREF(cancelled);
+  Py_DECREF(w);
+}
 
 // Sends as much of the buffer as the socket takes.
 int Conn::FlushLocked() {
@@ -328,21 +354,11 @@ bool Conn::Poll() {
     Py_XDECREF(res);
     Py_DECREF(protocol);
     made_ = true;
-    if (waiter_ != nullptr) {
-      PyObject* cancelled = CallMethod(waiter_, "cancelled");
-      if (cancelled == Py_False) {
-        PyObject* r = PyObject_CallMethod(waiter_, "set_result", "O", Py_None);
-        if (r == nullptr) PyErr_WriteUnraisable(waiter_);
-        Py_XDECREF(r);
-      } else if (cancelled == nullptr) {
-        PyErr_WriteUnraisable(waiter_);
-      }
-      Py_XDECREF(cancelled);
-      Py_CLEAR(waiter_);
-    }
+    ResolveWaiter(&waiter_);
   }
   SyncPause();
   FlushIfWritable();
+  ServeWritableWaiter();
   ReadOnce();
   SyncPause();
   bool lost;
@@ -401,6 +417,32 @@ void Conn::FlushIfWritable() {
     if (exc == nullptr) exc = PyErr_GetRaisedException();
     Fatal(exc, "Fatal write error on socket transport");
   }
+}
+
+void Conn::ServeWritableWaiter() {
+  {
+    Locked lock(mu_);
+    if (writable_waiter_ == nullptr || !wbuf_.empty() || lost_pending_) return;
+  }
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kWrite, this);
+  if (!ready) return;  // Armed.
+  // The cached readiness may be older than the EAGAIN that sent the waiter
+  // here: ask the socket, and wait for the next edge if it is full.
+  pollfd p{};
+  p.fd = fd_;
+  p.events = POLLOUT;
+  if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLOUT | POLLERR | POLLHUP))) {
+    driver.ClearReadiness(io_, io::Direction::kWrite, *ready);
+    if (driver.PollReady(io_, io::Direction::kWrite, this)) Wake(rt_task::ScheduleKind::kYield);
+    return;
+  }
+  PyObject* waiter;
+  {
+    Locked lock(mu_);
+    waiter = std::exchange(writable_waiter_, nullptr);
+  }
+  ResolveWaiter(&waiter);
 }
 
 void Conn::ReadOnce() {
@@ -563,6 +605,18 @@ void Conn::DeliverLost() {
     PyErr_Clear();
     Py_CLEAR(waiter_);
   }
+  PyObject* writable;
+  {
+    Locked lock(mu_);
+    writable = std::exchange(writable_waiter_, nullptr);
+  }
+  if (writable != nullptr) {
+    PyObject* closed = PyObject_CallFunction(PyExc_ConnectionError, "s",
+                                             "Connection closed by peer");
+    if (closed == nullptr) PyErr_Clear();
+    ResolveWaiter(&writable, closed);
+    Py_XDECREF(closed);
+  }
   Py_XDECREF(exc);
   Py_XDECREF(protocol);
   Py_CLEAR(server_);
@@ -622,10 +676,13 @@ PyObject* WriteViews(PyObject* self, Py_buffer* views, std::size_t count,
   bool warn = false;
   bool wake = false;
   bool pause = false;
+  bool in_sendfile = false;
   {
     Locked lock(c->mu_);
     if (c->eof_requested_) {
       after_eof = true;
+    } else if (c->sendfile_active_) {
+      in_sendfile = true;
     } else if (total == 0) {
       // Nothing to do.
     } else if (c->conn_lost_ > 0) {
@@ -675,6 +732,10 @@ PyObject* WriteViews(PyObject* self, Py_buffer* views, std::size_t count,
   }
   if (after_eof) {
     PyErr_Format(PyExc_RuntimeError, "Cannot call %s() after write_eof()", method);
+    return nullptr;
+  }
+  if (in_sendfile) {
+    PyErr_SetString(PyExc_RuntimeError, "unable to write; sendfile is in progress");
     return nullptr;
   }
   if (warn) {
@@ -921,10 +982,69 @@ PyObject* Transport_call_serialized(PyObject* self, PyObject* const* args, Py_ss
   Py_RETURN_NONE;
 }
 
+// _sendfile_begin() / _sendfile_end(): loop.sendfile()'s native path owns
+// the socket in between (write() refuses).
+PyObject* Transport_sendfile_begin(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  bool closing, busy;
+  {
+    Locked lock(c->mu_);
+    closing = c->closing_;
+    busy = c->sendfile_active_;
+    if (!closing && !busy) c->sendfile_active_ = true;
+  }
+  if (closing) {
+    PyErr_SetString(PyExc_RuntimeError, "Transport is closing");
+    return nullptr;
+  }
+  if (busy) {
+    PyErr_SetString(PyExc_RuntimeError, "sendfile is in progress");
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_sendfile_end(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  Locked lock(c->mu_);
+  c->sendfile_active_ = false;
+  Py_RETURN_NONE;
+}
+
+// _wait_writable() -> a future resolved when the write buffer is empty and
+// the socket takes more (ConnectionError if the connection goes first).
+PyObject* Transport_wait_writable(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  PyObject* fut = CallMethod(c->loop_, "create_future");
+  if (fut == nullptr) return nullptr;
+  PyObject* previous;
+  {
+    Locked lock(c->mu_);
+    previous = std::exchange(c->writable_waiter_, Py_NewRef(fut));
+  }
+  if (previous != nullptr) {
+    PyObject* r = CallMethod(previous, "cancel");
+    Py_XDECREF(r);
+    PyErr_Clear();
+    Py_DECREF(previous);
+  }
+  c->Wake();
+  return fut;
+}
+
 PyObject* Transport_start_tls_compatible(PyObject*, void*) { Py_RETURN_TRUE; }
+
+// Whether the protocol is (or is about to be) paused for writing; what a
+// sendfile fallback swapping protocols must hand back.
+PyObject* Transport_protocol_paused(PyObject* self, void*) {
+  Conn* c = ConnOf(self);
+  Locked lock(c->mu_);
+  return PyBool_FromLong(c->want_paused_);
+}
 
 PyGetSetDef transport_getset[] = {
     {"_start_tls_compatible", Transport_start_tls_compatible, nullptr, nullptr, nullptr},
+    {"_protocol_paused", Transport_protocol_paused, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -972,6 +1092,9 @@ PyMethodDef transport_methods[] = {
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
          Transport_set_write_buffer_limits)),
      METH_VARARGS | METH_KEYWORDS, nullptr},
+    {"_sendfile_begin", Transport_sendfile_begin, METH_NOARGS, nullptr},
+    {"_sendfile_end", Transport_sendfile_end, METH_NOARGS, nullptr},
+    {"_wait_writable", Transport_wait_writable, METH_NOARGS, nullptr},
     {"_call_serialized",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_call_serialized)),
      METH_FASTCALL, "Run a callable on this connection's strand."},

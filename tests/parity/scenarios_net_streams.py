@@ -467,3 +467,110 @@ async def stream_ipv6_loopback_if_available(aio):
     server.close()
     await aio.wait_for(server.wait_closed(), TIMEOUT)
     return [got, fam]
+
+
+@scenario
+async def stream_loop_sendfile_over_transport(aio):
+    loop = aio.get_running_loop()
+    payload = bytes(range(256)) * 2048  # 512 KiB
+
+    async with serving(aio, echo_handler) as server:
+        r, w = await aio.open_connection("127.0.0.1", port_of(server))
+        with tempfile.TemporaryFile() as f:
+            f.write(payload)
+            f.flush()
+            reader = aio.create_task(r.readexactly(len(payload) - 1000 - 24))
+            sent = await aio.wait_for(
+                loop.sendfile(w.transport, f, offset=1000, count=len(payload) - 1024),
+                TIMEOUT)
+            pos = f.tell()
+            got = await aio.wait_for(reader, TIMEOUT)
+        w.write(b"after")  # The stream works as before.
+        after = await aio.wait_for(r.readexactly(5), TIMEOUT)
+        await close_writer(aio, w)
+    return [sent, pos, got == payload[1000:len(payload) - 24], after]
+
+
+@scenario
+async def stream_loop_sendfile_errors(aio):
+    loop = aio.get_running_loop()
+    async with serving(aio, echo_handler) as server:
+        r, w = await aio.open_connection("127.0.0.1", port_of(server))
+
+        class NoSendfile:
+            def is_closing(self):
+                return False
+
+        with tempfile.TemporaryFile() as f:
+            f.write(b"x" * 10)
+            unsupported = await aobserve(loop.sendfile(NoSendfile(), f))
+            no_fallback = await aobserve(loop.sendfile(w.transport, f, fallback=False))
+            await close_writer(aio, w)
+            closing = await aobserve(loop.sendfile(w.transport, f))
+    return [unsupported[:2], no_fallback[:2], closing]
+
+
+@scenario
+async def stream_sendfile_after_buffered_writes_keeps_order(aio):
+    loop = aio.get_running_loop()
+    async with serving(aio, echo_handler) as server:
+        r, w = await aio.open_connection("127.0.0.1", port_of(server))
+        with tempfile.TemporaryFile() as f:
+            f.write(b"FILE" * 50_000)
+            f.flush()
+            w.write(b"head:" * 30_000)  # Likely still buffered when sendfile starts.
+            sent = await aio.wait_for(loop.sendfile(w.transport, f), TIMEOUT)
+        w.write(b":tail")
+        expected = b"head:" * 30_000 + b"FILE" * 50_000 + b":tail"
+        got = await aio.wait_for(r.readexactly(len(expected)), TIMEOUT)
+        await close_writer(aio, w)
+    return [sent, got == expected]
+
+
+@scenario
+async def stream_many_lines_in_one_segment(aio):
+    async def handler(reader, writer):
+        writer.write(b"".join(b"line %d\n" % i for i in range(500)))
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    async with serving(aio, handler) as server:
+        r, w = await aio.open_connection("127.0.0.1", port_of(server))
+        lines = []
+        async for line in r:
+            lines.append(line)
+        await close_writer(aio, w)
+    return [len(lines), lines[0], lines[-1]]
+
+
+@scenario
+async def stream_unix_server_on_sock(aio):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "given.sock")
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(path)
+        server = await aio.start_unix_server(echo_handler, sock=sock)
+        r, w = await aio.open_unix_connection(path)
+        w.write(b"given")
+        got = await aio.wait_for(r.readexactly(5), TIMEOUT)
+        await close_writer(aio, w)
+        server.close()
+        await aio.wait_for(server.wait_closed(), TIMEOUT)
+        tcp = socket.socket()
+        bad = await aobserve(aio.start_unix_server(echo_handler, sock=tcp))
+        tcp.close()
+        return [got, bad[0], bad[1], os.path.exists(path)]
+
+
+@scenario
+async def stream_server_state_after_close(aio):
+    server = await aio.start_server(echo_handler, "127.0.0.1", 0)
+    loop_ok = server.get_loop() is aio.get_running_loop()
+    state = [server.is_serving(), len(server.sockets)]
+    server.close()
+    server.close()  # Twice: no error.
+    await aio.wait_for(server.wait_closed(), TIMEOUT)
+    await aio.wait_for(server.wait_closed(), TIMEOUT)  # Returns at once now.
+    state += [server.is_serving(), server.sockets, loop_ok]
+    return state

@@ -299,3 +299,24 @@ async def tls_client_default_context_with_ssl_true(aio):
 
 
 tls_certs  # noqa: B018 - imported for scenario authors; made on first use.
+
+
+@scenario
+async def tls_loop_sendfile_falls_back(aio):
+    loop = aio.get_running_loop()
+    server = await aio.start_server(echo_handler, "127.0.0.1", 0,
+                                    ssl=server_context())
+    r, w = await aio.open_connection("127.0.0.1", port_of(server),
+                                     ssl=client_context(),
+                                     server_hostname="localhost")
+    payload = os.urandom(200_000)
+    with tempfile.TemporaryFile() as f:
+        f.write(payload)
+        f.flush()
+        no_native = await aobserve(loop.sendfile(w.transport, f, fallback=False))
+        sent = await aio.wait_for(loop.sendfile(w.transport, f), TIMEOUT)
+    got = await aio.wait_for(r.readexactly(len(payload)), TIMEOUT)
+    await close_writer(aio, w)
+    server.close()
+    await aio.wait_for(server.wait_closed(), TIMEOUT)
+    return [no_native[:2], sent, got == payload]
