@@ -76,4 +76,4 @@ def test_scenario_count(capsys):
     with capsys.disabled():
         print(f"\nparity scenarios: {len(NAMES)}, each compared with stdlib "
               f"on mt_asyncio at 1 and {N_THREADS} workers, {ROUNDS} round(s)")
-    assert len(NAMES) >= 250
+    assert len(NAMES) >= 400
