@@ -20,7 +20,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import backends  # noqa: E402
+import net  # noqa: E402
 import workloads  # noqa: E402
+
+ALL_WORKLOADS = sorted(workloads.WORKLOADS) + sorted(net.NET_WORKLOADS)
+ALL_BACKENDS = list(backends.BACKENDS) + [b for b in net.net_backends()
+                                          if b not in backends.BACKENDS]
 
 
 def _gil_enabled():
@@ -90,8 +95,8 @@ def parse_args(argv):
                    help="smoke run in seconds: small scale, 2 repeats")
     p.add_argument("--threads", type=int, nargs="+", default=None,
                    help="thread counts for parallel backends (default: 1 2)")
-    p.add_argument("--workloads", nargs="+", default=None, choices=sorted(workloads.WORKLOADS))
-    p.add_argument("--backends", nargs="+", default=None, choices=sorted(backends.BACKENDS))
+    p.add_argument("--workloads", nargs="+", default=None, choices=ALL_WORKLOADS)
+    p.add_argument("--backends", nargs="+", default=None, choices=sorted(ALL_BACKENDS))
     p.add_argument("--repeats", type=int, default=None, help="counted runs per cell (default 5)")
     p.add_argument("--scale", type=float, default=None, help="multiplies workload sizes")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -108,9 +113,75 @@ def parse_args(argv):
         args.threads = [1, 2]
     if args.repeats < 1 or args.scale <= 0 or any(t < 1 for t in args.threads):
         p.error("--repeats, --scale and --threads must be positive")
-    args.workloads = args.workloads or sorted(workloads.WORKLOADS)
-    args.backends = args.backends or list(backends.BACKENDS)
+    args.workloads = args.workloads or ALL_WORKLOADS
+    args.backends = args.backends or ALL_BACKENDS
     return args
+
+
+def format_net_table(rows):
+    header = ["workload", "backend", "threads", "median rps", "spread rps",
+              "vs asyncio", "p50 ms", "p99 ms", "balance / bytes per conn"]
+    lines = [header]
+    for r in rows:
+        idle = r["workload"] == "idle_conns"
+        lines.append([
+            r["workload"], r["backend"], str(r["threads"]),
+            "-" if idle else f"{r['median']:.0f}",
+            "-" if idle else f"{r['min']:.0f}-{r['max']:.0f}",
+            f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-",
+            "-" if idle else f"{r['p50_ms']:.3f}",
+            "-" if idle else f"{r['p99_ms']:.3f}",
+            f"{r['bytes_per_conn']:.0f} B" if idle else
+            "/".join(str(c) for c in r["balance"] or []),
+        ])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = []
+    for n, line in enumerate(lines):
+        out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def run_net(args):
+    """The network rows: each cell a fresh server process and a fresh load
+    process per round. Ratio: rps over stdlib asyncio's (for idle_conns,
+    asyncio's bytes per connection over the cell's: above 1 is leaner)."""
+    rows = []
+    available = net.net_backends()
+    for workload in [w for w in args.workloads if w in net.NET_WORKLOADS]:
+        cells = [(b, t) for b in args.backends if b in available
+                 for t in ([1] if b in net.SINGLE_THREADED else args.threads)]
+        results = {c: [] for c in cells}
+        for r in range(args.repeats):
+            order = cells[r % len(cells):] + cells[:r % len(cells)]
+            for backend, threads in order:
+                results[(backend, threads)].append(
+                    net.run_net_cell(backend, workload, threads, args.scale))
+        idle = workload == "idle_conns"
+        key = "bytes_per_conn" if idle else "rps"
+
+        def med(cell, k):
+            return statistics.median(x[k] for x in results[cell])
+
+        base = med(("asyncio", 1), key) if ("asyncio", 1) in results else None
+        for cell in cells:
+            values = [x[key] for x in results[cell]]
+            median = statistics.median(values)
+            ratio = None
+            if base:
+                ratio = base / median if idle else median / base
+            row = {"workload": workload, "backend": cell[0], "threads": cell[1],
+                   "median": median, "min": min(values), "max": max(values),
+                   "values": values, "ratio": ratio,
+                   "balance": results[cell][-1].get("balance")}
+            if idle:
+                row["bytes_per_conn"] = median
+            else:
+                row["p50_ms"] = med(cell, "p50_ms")
+                row["p99_ms"] = med(cell, "p99_ms")
+            rows.append(row)
+    return rows
 
 
 def main(argv=None):
@@ -144,8 +215,9 @@ def main(argv=None):
 
     rows = []
     gil_stayed_off = True
-    for workload in args.workloads:
+    for workload in [w for w in args.workloads if w in workloads.WORKLOADS]:
         cells = [(backend, threads) for backend in args.backends
+                 if backend in backends.BACKENDS
                  for threads in ([1] if backend in backends.SINGLE_THREADED
                                  else args.threads)]
         times = {c: [] for c in cells}
@@ -174,13 +246,20 @@ def main(argv=None):
             })
 
     print()
-    print(format_table(rows))
+    if rows:
+        print(format_table(rows))
+    net_rows = run_net(args)
+    if net_rows:
+        print("\nnetwork (server in its own process, load from another; "
+              "mt_asyncio threads = runtime workers):")
+        print(format_net_table(net_rows))
     if facts["free_threaded"]:
         print(f"\nGIL stayed disabled in every cell: {'yes' if gil_stayed_off else 'NO'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"interpreter": facts, "args": vars(args), "rows": rows,
-                       "gil_stayed_off": gil_stayed_off}, f, indent=2)
+                       "net_rows": net_rows, "gil_stayed_off": gil_stayed_off},
+                      f, indent=2)
         print(f"wrote {args.json}")
     return 0
 

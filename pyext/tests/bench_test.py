@@ -11,14 +11,21 @@ BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                      "benchmarks", "bench.py")
 
 
+CPU_WORKLOADS = ["mixed", "one_million", "churn", "fanout_gather", "fanout_taskgroup",
+                 "queue_pipeline", "lock_contention", "semaphore_bounded",
+                 "wait_for_overhead", "timer_sleep", "cancel_heavy", "executor_offload",
+                 "block_inline", "block_offload"]
+NET_WORKLOADS = ["echo_protocol_1k", "http_cpu", "idle_conns"]
+
+
 def test_quick_run_prints_table_and_json(tmp_path):
     out_json = tmp_path / "bench.json"
     proc = subprocess.run(
         # The test build of the extension is not optimized: allowed here,
         # the numbers are not the point.
         [sys.executable, BENCH, "--quick", "--scale", "0.002", "--allow-unoptimized",
-         "--json", str(out_json)],
-        capture_output=True, text=True, timeout=300)
+         "--json", str(out_json), "--workloads", *CPU_WORKLOADS, *NET_WORKLOADS],
+        capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     header = next(line for line in proc.stdout.splitlines() if line.startswith("workload"))
     assert header.split()[:3] == ["workload", "backend", "threads"]
@@ -27,10 +34,19 @@ def test_quick_run_prints_table_and_json(tmp_path):
     assert cells == {("asyncio", 1), ("asyncio-multiloop", 1), ("asyncio-multiloop", 2),
                      ("mt_asyncio", 1), ("mt_asyncio", 2)}
     workloads = {r["workload"] for r in data["rows"]}
-    assert {"mixed", "one_million", "churn", "fanout_gather", "fanout_taskgroup",
-            "queue_pipeline", "lock_contention", "semaphore_bounded",
-            "wait_for_overhead", "timer_sleep", "cancel_heavy", "executor_offload",
-            "block_inline", "block_offload"} <= workloads
+    assert set(CPU_WORKLOADS) <= workloads
+    # The network rows: every workload on every server backend found here,
+    # each with a measurement from a load generator in its own process.
+    net_cells = {(r["workload"], r["backend"], r["threads"]) for r in data["net_rows"]}
+    for w in NET_WORKLOADS:
+        for cell in [("asyncio", 1), ("asyncio-multiloop", 1), ("asyncio-multiloop", 2),
+                     ("mt_asyncio", 1), ("mt_asyncio", 2)]:
+            assert (w, *cell) in net_cells
+    for row in data["net_rows"]:
+        assert len(row["values"]) == 2 and all(v > 0 for v in row["values"])
+        if row["workload"] == "http_cpu":
+            assert sum(row["balance"]) > 0  # Requests per serving thread.
+    assert "network (server in its own process" in proc.stdout
     top_level = {"mixed": 32, "one_million": 2000}  # At --scale 0.002.
     for row in data["rows"]:
         assert len(row["times"]) == 2 and all(t > 0 for t in row["times"])

@@ -1,0 +1,336 @@
+"""Network workloads: a server on one backend in its own process, a load
+generator in another, so the server's cores are the server's.
+
+``python net.py --serve BACKEND WORKLOAD THREADS`` runs a server and prints
+``port <n>`` once it listens; it then answers commands on stdin: ``rss``
+(its resident memory in bytes), ``balance`` (requests served per thread),
+``quit``. ``python net.py --load WORKLOAD PORT SCALE`` runs the load and
+prints one JSON line. bench.py drives both (``run_net_cell``).
+"""
+
+import collections
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.abspath(__file__)
+
+# workload -> (connections, requests per connection, payload bytes)
+NET_WORKLOADS = {
+    "echo_protocol_1k": (32, 2000, 1024),
+    "echo_streams_1k": (32, 2000, 1024),
+    "http_cpu": (64, 100, 0),
+    "tls_echo_1k": (16, 1000, 1024),
+    "idle_conns": (10000, 0, 0),
+}
+HTTP_BURN = 5000  # CPU iterations per HTTP request (BENCHMARKS.md).
+
+
+def net_backends():
+    """Server backends available here."""
+    found = ["asyncio", "asyncio-multiloop", "mt_asyncio"]
+    try:
+        import uvloop  # noqa: F401
+        found.insert(1, "uvloop")
+    except ImportError:
+        pass
+    return found
+
+
+SINGLE_THREADED = {"asyncio", "uvloop"}
+
+
+def burn(iterations):
+    v = 0
+    for i in range(iterations):
+        v = (v * 1664525 + 1013904223 + i) & 0xFFFFFFFF
+    return v
+
+
+# --- servers --------------------------------------------------------------------
+
+_served = collections.Counter()
+_served_lock = threading.Lock()
+
+
+def _count_request():
+    ident = threading.get_ident()
+    with _served_lock:
+        _served[ident] += 1
+
+
+def _tls_contexts():
+    d = tempfile.mkdtemp(prefix="mt-bench-tls-")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                    "-days", "1", "-keyout", f"{d}/k.pem", "-out", f"{d}/c.pem",
+                    "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(f"{d}/c.pem", f"{d}/k.pem")
+    return server, f"{d}/c.pem"
+
+
+def _make_server(aio, workload, sock_kwargs, ssl_ctx):
+    """The coroutine that starts `workload`'s server on `aio`'s loop."""
+    loop = aio.get_running_loop()
+
+    class Echo(aio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def data_received(self, data):
+            self.transport.write(data)
+
+    async def echo_stream(reader, writer):
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
+
+    async def http(reader, writer):
+        body = b"x" * 32
+        head = (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
+                b"Content-Type: text/plain\r\n\r\n" % len(body))
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                burn(HTTP_BURN)
+                _count_request()
+                writer.write(head + body)
+        except (aio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    if workload in ("echo_protocol_1k", "idle_conns"):
+        return loop.create_server(Echo, **sock_kwargs)
+    if workload == "http_cpu":
+        return aio.start_server(http, **sock_kwargs)
+    if workload == "tls_echo_1k":
+        return aio.start_server(echo_stream, ssl=ssl_ctx, **sock_kwargs)
+    return aio.start_server(echo_stream, **sock_kwargs)
+
+
+def serve(backend, workload, threads):
+    ssl_ctx, cafile = _tls_contexts() if workload.startswith("tls") else (None, "")
+    ready = threading.Event()
+    port = [0]
+    stop = threading.Event()
+
+    def run_loop(aio, runner, reuse_port, bind_port):
+        async def main():
+            kwargs = {"host": "127.0.0.1", "port": bind_port, "backlog": 4096}
+            if reuse_port:
+                kwargs["reuse_port"] = True
+            server = await _make_server(aio, workload, kwargs, ssl_ctx)
+            port[0] = server.sockets[0].getsockname()[1]
+            ready.set()
+            while not stop.is_set():
+                await aio.sleep(0.05)
+            server.close()
+        runner(main())
+
+    if backend == "mt_asyncio":
+        import mt_asyncio.asyncio as aio
+        threads_ = [threading.Thread(target=run_loop, args=(
+            aio, lambda c: aio.run(c, threads=threads), False, 0))]
+    elif backend == "uvloop":
+        import asyncio as aio
+
+        import uvloop
+        threads_ = [threading.Thread(target=run_loop, args=(aio, uvloop.run, False, 0))]
+    elif backend == "asyncio":
+        import asyncio as aio
+        threads_ = [threading.Thread(target=run_loop, args=(aio, aio.run, False, 0))]
+    elif backend == "asyncio-multiloop":
+        # One loop per thread, each with its own listener on one port
+        # (SO_REUSEPORT: the kernel spreads connections by hash).
+        import asyncio as aio
+        first = threading.Thread(target=run_loop, args=(aio, aio.run, True, 0))
+        first.start()
+        ready.wait(30)
+        ready.clear()
+        threads_ = [first]
+        for _ in range(threads - 1):
+            t = threading.Thread(target=run_loop, args=(aio, aio.run, True, port[0]))
+            t.start()
+            ready.wait(30)
+            ready.clear()
+            threads_.append(t)
+        ready.set()
+    else:
+        raise ValueError(backend)
+    for t in threads_:
+        if not t.is_alive() and t.ident is None:
+            t.start()
+    ready.wait(30)
+    print(f"port {port[0]}", flush=True)
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "rss":
+            with open("/proc/self/statm") as f:
+                pages = int(f.read().split()[1])
+            print(pages * os.sysconf("SC_PAGE_SIZE"), flush=True)
+        elif cmd == "cafile":
+            print(cafile, flush=True)
+        elif cmd == "balance":
+            with _served_lock:
+                print(json.dumps(sorted(_served.values(), reverse=True)), flush=True)
+        elif cmd == "quit":
+            break
+    stop.set()
+    for t in threads_:
+        t.join(30)
+
+
+# --- the load generator (stdlib asyncio, uvloop if it is there) -----------------------
+
+
+def _client_loop_runner():
+    import asyncio
+    try:
+        import uvloop
+        return uvloop.run
+    except ImportError:
+        return asyncio.run
+
+
+def load(workload, port, scale, cafile=None):
+    import asyncio
+    conns, requests, size = NET_WORKLOADS[workload]
+    conns = max(1, int(conns * min(scale, 1.0))) if workload == "idle_conns" else conns
+    requests = max(2, int(requests * scale))
+    latencies = []
+
+    async def one_echo(ctx):
+        r, w = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=ctx, server_hostname="localhost" if ctx else None)
+        payload = os.urandom(size)
+        for _ in range(requests):
+            t = time.perf_counter()
+            w.write(payload)
+            await r.readexactly(size)
+            latencies.append(time.perf_counter() - t)
+        w.close()
+
+    async def one_http():
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        req = b"GET /work HTTP/1.1\r\nHost: bench\r\n\r\n"
+        for _ in range(requests):
+            t = time.perf_counter()
+            w.write(req)
+            await r.readuntil(b"\r\n\r\n")
+            await r.readexactly(32)
+            latencies.append(time.perf_counter() - t)
+        w.close()
+
+    async def main():
+        ctx = None
+        if cafile:
+            ctx = ssl.create_default_context(cafile=cafile)
+        if workload == "idle_conns":
+            opened = []
+            for i in range(0, conns, 200):
+                opened += await asyncio.gather(*[
+                    asyncio.open_connection("127.0.0.1", port)
+                    for _ in range(min(200, conns - i))])
+            print("open", flush=True)
+            sys.stdin.readline()  # The driver measured the server meanwhile.
+            for _, w in opened:
+                w.close()
+            return {"connections": len(opened)}
+        coros = [one_http() if workload == "http_cpu" else one_echo(ctx)
+                 for _ in range(conns)]
+        start = time.perf_counter()
+        await asyncio.gather(*coros)
+        elapsed = time.perf_counter() - start
+        latencies.sort()
+
+        def pct(p):
+            return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
+
+        return {"time": elapsed, "requests": len(latencies),
+                "rps": len(latencies) / elapsed,
+                "p50_ms": pct(0.50), "p95_ms": pct(0.95), "p99_ms": pct(0.99)}
+
+    print(json.dumps(_client_loop_runner()(main())), flush=True)
+
+
+# --- the driver's cell --------------------------------------------------------------------
+
+
+def run_net_cell(backend, workload, threads, scale):
+    """One measurement: a fresh server process and a fresh client process.
+    Returns rps and latencies (bytes per connection for idle_conns), and
+    the per-thread balance of requests for http_cpu."""
+    env = dict(os.environ)
+    server = subprocess.Popen(
+        [sys.executable, HERE, "--serve", backend, workload, str(threads)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = server.stdout.readline()
+        if not line.startswith("port "):
+            raise RuntimeError(f"server {backend}/{workload} did not start")
+        port = int(line.split()[1])
+        cafile = None
+        if workload.startswith("tls"):
+            cafile = _server_cafile(server)
+        if workload == "idle_conns":
+            server.stdin.write("rss\n")
+            server.stdin.flush()
+            before = int(server.stdout.readline())
+        client = subprocess.Popen(
+            [sys.executable, HERE, "--load", workload, str(port), str(scale)]
+            + ([cafile] if cafile else []),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        if workload == "idle_conns":
+            if client.stdout.readline().strip() != "open":
+                raise RuntimeError("the idle-connection client failed")
+            time.sleep(0.5)  # Let the server finish accepting.
+            server.stdin.write("rss\n")
+            server.stdin.flush()
+            after = int(server.stdout.readline())
+            client.stdin.write("done\n")
+            client.stdin.flush()
+        out, _ = client.communicate(timeout=600)
+        result = json.loads(out.strip().splitlines()[-1])
+        if workload == "idle_conns":
+            result["bytes_per_conn"] = (after - before) / result["connections"]
+        server.stdin.write("balance\n")
+        server.stdin.flush()
+        result["balance"] = json.loads(server.stdout.readline())
+        server.stdin.write("quit\n")
+        server.stdin.flush()
+        server.wait(60)
+        return result
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def _server_cafile(server):
+    server.stdin.write("cafile\n")
+    server.stdin.flush()
+    return server.stdout.readline().strip()
+
+
+def main(argv):
+    if argv[0] == "--serve":
+        serve(argv[1], argv[2], int(argv[3]))
+    elif argv[0] == "--load":
+        load(argv[1], int(argv[2]), float(argv[3]), argv[4] if len(argv) > 4 else None)
+    else:
+        raise SystemExit("usage: net.py --serve BACKEND WORKLOAD THREADS | "
+                         "--load WORKLOAD PORT SCALE [CAFILE]")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
