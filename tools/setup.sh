@@ -19,6 +19,12 @@ PIP_PACKAGES=("pybind11>=3.0" "pytest>=8")
 # Libraries the network suite runs unmodified on the parallel loop
 # (tests/libs); each has a wheel for free-threaded 3.14 on PyPI.
 LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio)
+# Peers //pyext:bench measures against: uvloop in the same interpreter; the
+# seed's own implementation (import name mt_asyncio, like ours) in a venv
+# of its own, only for a free-threaded interpreter (its only wheels).
+BENCH_PACKAGES=(uvloop)
+SEED_PACKAGE="mt-asyncio==0.3.0a1"
+SEED_VENV="${HOME:-/root}/.cache/mt_asyncio/seed-venv"
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
@@ -52,9 +58,18 @@ then
   echo "setup: installing ${PIP_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}"
 fi
-if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio" 2>/dev/null; then
-  echo "setup: installing ${LIB_PACKAGES[*]} into $python"
-  "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${LIB_PACKAGES[@]}"
+if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, uvloop" 2>/dev/null; then
+  echo "setup: installing ${LIB_PACKAGES[*]} ${BENCH_PACKAGES[*]} into $python"
+  "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    "${LIB_PACKAGES[@]}" "${BENCH_PACKAGES[@]}"
+fi
+if [ "$free_threaded" = 1 ] && [ ! -x "$SEED_VENV/bin/python" ]; then
+  echo "setup: the seed's implementation ($SEED_PACKAGE) into $SEED_VENV (benchmarks only)"
+  if ! { "$python" -m venv "$SEED_VENV" &&
+         "$SEED_VENV/bin/python" -m pip install -q --disable-pip-version-check --pre "$SEED_PACKAGE"; }; then
+    echo "setup: note: could not install $SEED_PACKAGE; //pyext:bench runs without the seed backend"
+    rm -rf "$SEED_VENV"
+  fi
 fi
 
 gil=$("$python" -c 'import sys; print("enabled" if getattr(sys, "_is_gil_enabled", lambda: True)() else "disabled")')

@@ -32,6 +32,13 @@ NET_WORKLOADS = {
 HTTP_BURN = 5000  # CPU iterations per HTTP request (BENCHMARKS.md).
 
 
+# The seed's own implementation (PyPI mt-asyncio 0.3.0a1, Rust) shares our
+# import name, so it runs from a venv of its own: $MT_SEED_PYTHON, or the
+# one tools/setup.sh makes.
+SEED_PYTHON = os.environ.get("MT_SEED_PYTHON") or os.path.expanduser(
+    "~/.cache/mt_asyncio/seed-venv/bin/python")
+
+
 def net_backends():
     """Server backends available here."""
     found = ["asyncio", "asyncio-multiloop", "mt_asyncio"]
@@ -40,6 +47,8 @@ def net_backends():
         found.insert(1, "uvloop")
     except ImportError:
         pass
+    if os.access(SEED_PYTHON, os.X_OK):
+        found.append("seed")
     return found
 
 
@@ -78,9 +87,10 @@ def _tls_contexts():
 
 def _make_server(aio, workload, sock_kwargs, ssl_ctx):
     """The coroutine that starts `workload`'s server on `aio`'s loop."""
-    loop = aio.get_running_loop()
+    import asyncio as stdlib  # Base classes and exceptions (the seed's
+    loop = aio.get_running_loop()  # namespace has no Protocol).
 
-    class Echo(aio.Protocol):
+    class Echo(stdlib.Protocol):
         def connection_made(self, transport):
             self.transport = transport
 
@@ -106,7 +116,7 @@ def _make_server(aio, workload, sock_kwargs, ssl_ctx):
                 burn(HTTP_BURN)
                 _count_request()
                 writer.write(head + body)
-        except (aio.IncompleteReadError, ConnectionError):
+        except (stdlib.IncompleteReadError, ConnectionError):
             pass
         writer.close()
 
@@ -142,6 +152,11 @@ def serve(backend, workload, threads):
         import mt_asyncio.asyncio as aio
         threads_ = [threading.Thread(target=run_loop, args=(
             aio, lambda c: aio.run(c, threads=threads), False, 0))]
+    elif backend == "seed":
+        import mt_asyncio  # The seed's package, in its own venv.
+        mt_asyncio.runtime(threads=threads, context=True)
+        import mt_asyncio.asyncio as aio
+        threads_ = [threading.Thread(target=run_loop, args=(aio, aio.run, False, 0))]
     elif backend == "uvloop":
         import asyncio as aio
 
@@ -272,8 +287,12 @@ def run_net_cell(backend, workload, threads, scale):
     Returns rps and latencies (bytes per connection for idle_conns), and
     the per-thread balance of requests for http_cpu."""
     env = dict(os.environ)
+    python = sys.executable
+    if backend == "seed":
+        python = SEED_PYTHON
+        env.pop("PYTHONPATH", None)  # Ours would shadow the seed's package.
     server = subprocess.Popen(
-        [sys.executable, HERE, "--serve", backend, workload, str(threads)],
+        [python, HERE, "--serve", backend, workload, str(threads)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:
         line = server.stdout.readline()
@@ -290,7 +309,8 @@ def run_net_cell(backend, workload, threads, scale):
         client = subprocess.Popen(
             [sys.executable, HERE, "--load", workload, str(port), str(scale)]
             + ([cafile] if cafile else []),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=dict(os.environ))
         if workload == "idle_conns":
             if client.stdout.readline().strip() != "open":
                 raise RuntimeError("the idle-connection client failed")
