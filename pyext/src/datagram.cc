@@ -74,7 +74,8 @@ class Endpoint final : public rt_task::Task {
 
   void Close();
   void ForceClose(PyObject* exc);
-  void Fatal(PyObject* exc, const char* message);
+  // `self`: the transport object, borrowed, when called off the strand.
+  void Fatal(PyObject* exc, const char* message, PyObject* self = nullptr);
   void SyncPause();
   PyObject* Protocol() {
     Locked lock(mu_);
@@ -170,11 +171,12 @@ void Endpoint::ForceClose(PyObject* exc) {
   Wake();
 }
 
-void Endpoint::Fatal(PyObject* exc, const char* message) {
+void Endpoint::Fatal(PyObject* exc, const char* message, PyObject* self) {
+  if (self == nullptr) self = transport_;  // On the strand: ours to read.
   if (!PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
     PyObject* protocol = Protocol();
     ReportToLoop(loop_, message, Py_NewRef(exc),
-                 {{"transport", transport_}, {"protocol", protocol}});
+                 {{"transport", self}, {"protocol", protocol}});
     Py_XDECREF(protocol);
   }
   ForceClose(exc);
@@ -473,7 +475,7 @@ PyObject* Datagram_sendto(PyObject* self, PyObject* const* args, Py_ssize_t narg
         PyErr_SetRaisedException(exc);
         return nullptr;
       }
-      e->Fatal(exc, "Fatal write error on datagram transport");
+      e->Fatal(exc, "Fatal write error on datagram transport", self);
       Py_RETURN_NONE;
     }
   }

@@ -169,7 +169,9 @@ class Conn final : public rt_task::Task {
   void ForceClose(PyObject* exc);
   // Reports `exc` (consumed) the way stdlib's _fatal_error does, then
   // force-closes with it. Any thread, attached.
-  void Fatal(PyObject* exc, const char* message);
+  // `self` is the transport object, borrowed (alive for the call): from
+  // another thread transport_ may be cleared under the caller's feet.
+  void Fatal(PyObject* exc, const char* message, PyObject* self = nullptr);
   // On the connection's strand: delivers pause_writing/resume_writing if
   // the wanted state changed.
   void SyncPause();
@@ -257,20 +259,20 @@ void Conn::ForceClose(PyObject* exc) {
   Wake();
 }
 
-void Conn::Fatal(PyObject* exc, const char* message) {
+void Conn::Fatal(PyObject* exc, const char* message, PyObject* self) {
+  if (self == nullptr) self = transport_;  // On the strand: ours to read.
   if (PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
     // Resets and broken pipes are a peer's business; stdlib only logs them
     // in debug mode.
-    if (GetDebug(loop_)) {
-      PyObject* res = PyObject_CallMethod(logger, "debug", "sOs", "%r: %s", transport_,
-                                          message);
+    if (GetDebug(loop_) && self != nullptr) {
+      PyObject* res = PyObject_CallMethod(logger, "debug", "sOs", "%r: %s", self, message);
       Py_XDECREF(res);
       PyErr_Clear();
     }
   } else {
     PyObject* protocol = Protocol();
     ReportToLoop(loop_, message, Py_NewRef(exc),
-                 {{"transport", transport_}, {"protocol", protocol}});
+                 {{"transport", self}, {"protocol", protocol}});
     Py_XDECREF(protocol);
   }
   ForceClose(exc);
@@ -746,7 +748,7 @@ PyObject* WriteViews(PyObject* self, Py_buffer* views, std::size_t count,
   if (err != 0) {
     PyObject* exc = OsErrorFromErrno(err);
     if (exc == nullptr) exc = PyErr_GetRaisedException();
-    c->Fatal(exc, "Fatal write error on socket transport");
+    c->Fatal(exc, "Fatal write error on socket transport", self);
     Py_RETURN_NONE;
   }
   // The unit flushes what is buffered (arming for writability).
