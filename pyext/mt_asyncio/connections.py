@@ -12,10 +12,12 @@ import socket
 import stat
 import sys
 
-from asyncio import staggered, streams
+import threading
+from asyncio import streams
+from asyncio.exceptions import InvalidStateError
 from asyncio.log import logger
 
-from . import _core, tasks
+from . import _core, locks, tasks
 from .servers import Server
 from .sockets import _check_ssl_socket, _ssl
 from .tls import TLSProtocol
@@ -260,11 +262,11 @@ class ConnectionMethods:
                     except OSError:
                         continue
             else:
-                sock, _, _ = await staggered.staggered_race(
-                    (functools.partial(self._connect_sock, exceptions,
+                sock = await self._staggered_connect(
+                    [functools.partial(self._connect_sock, exceptions,
                                        addrinfo, laddr_infos)
-                     for addrinfo in infos),
-                    happy_eyeballs_delay, loop=self)
+                     for addrinfo in infos],
+                    happy_eyeballs_delay)
 
             if sock is None:
                 exceptions = [exc for sub in exceptions for exc in sub]
@@ -299,6 +301,68 @@ class ConnectionMethods:
             logger.debug("%r connected to %s:%r: (%r, %r)",
                          sock, host, port, transport, protocol)
         return transport, protocol
+
+    async def _staggered_connect(self, attempts, delay):
+        """Happy Eyeballs (RFC 8305): start the attempts one after another,
+        each when the previous one failed or `delay` seconds passed; the
+        first to connect wins and the others are cancelled (a socket one of
+        them connects anyway is closed). Returns the winner's socket, or
+        None when every attempt failed."""
+        lock = threading.Lock()
+        winner = []
+        running = []
+        all_done = self.create_future()
+        left = [len(attempts)]
+
+        def settle():
+            with lock:
+                left[0] -= 1
+                finished = left[0] == 0 or bool(winner)
+            if finished and not all_done.done():
+                try:
+                    all_done.set_result(None)
+                except InvalidStateError:
+                    pass
+
+        async def run(i, previous_failed):
+            if previous_failed is not None:
+                try:
+                    await tasks.wait_for(previous_failed.wait(), delay)
+                except TimeoutError:
+                    pass
+            with lock:
+                if winner:
+                    left[0] -= 1
+                    return
+            failed = locks.Event()
+            if i + 1 < len(attempts):
+                running.append(self.create_task(run(i + 1, failed)))
+            try:
+                sock = await attempts[i]()
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException:  # noqa: BLE001 - gathered by _connect_sock.
+                failed.set()
+                settle()
+                return
+            with lock:
+                won = not winner
+                if won:
+                    winner.append(sock)
+            if not won:
+                sock.close()
+            settle()
+
+        first = self.create_task(run(0, None))
+        running.append(first)
+        try:
+            await all_done
+        finally:
+            for task in list(running):
+                if not task.done():
+                    task.cancel()
+            await tasks.gather(*running, return_exceptions=True)
+        return winner[0] if winner else None
 
     async def _create_server_getaddrinfo(self, host, port, family, flags):
         infos = await self._ensure_resolved((host, port), family=family,

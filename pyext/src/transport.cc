@@ -658,10 +658,16 @@ void Transport_dealloc(PyObject* self) {
 // Views a bytes-like object as stdlib's transports accept it.
 int GetData(PyObject* data, Py_buffer* view) {
   if (!PyBytes_Check(data) && !PyByteArray_Check(data) && !PyMemoryView_Check(data)) {
+    // The running stdlib's words (3.14 reworded them).
+#if PY_VERSION_HEX >= 0x030E0000
     PyErr_Format(PyExc_TypeError,
                  "data argument must be a bytes, bytearray, or memoryview "
                  "object, not '%s'",
                  Py_TYPE(data)->tp_name);
+#else
+    PyErr_Format(PyExc_TypeError, "data argument must be a bytes-like object, not '%s'",
+                 Py_TYPE(data)->tp_name);
+#endif
     return -1;
   }
   return PyObject_GetBuffer(data, view, PyBUF_SIMPLE);

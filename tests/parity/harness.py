@@ -23,12 +23,14 @@ def scenario(fn):
     return fn
 
 
-def since(*version):
+def since(*version, reason=None):
     """Marks a scenario that uses an API stdlib added in `version` (e.g.
-    ``create_task(eager_start=...)`` in 3.14); older interpreters skip it
-    with that reason."""
+    ``create_task(eager_start=...)`` in 3.14), or that older stdlib gets
+    wrong (`reason` says how); older interpreters skip it with the
+    reason."""
     def mark(fn):
         fn.min_python = version
+        fn.skip_reason = reason
         return fn
     return mark
 

@@ -43,7 +43,8 @@ def test_parity(name, threads):
     fn = harness.SCENARIOS[name]
     min_python = getattr(fn, "min_python", None)
     if min_python and sys.version_info < min_python:
-        pytest.skip(f"stdlib's API for this scenario needs Python "
+        pytest.skip(getattr(fn, "skip_reason", None) or
+                    f"stdlib's API for this scenario needs Python "
                     f"{'.'.join(map(str, min_python))}+")
     expected = harness.run_stdlib(fn)
     network = fn.__module__ in NET_MODULES
