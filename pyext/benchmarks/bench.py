@@ -80,7 +80,12 @@ def format_table(rows):
             f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-",
             "/".join(str(c) for c in r["balance"] or []),
         ])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return render(lines)
+
+
+def render(lines):
+    """Aligned columns, a rule under the first line (the header)."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     out = []
     for n, line in enumerate(lines):
         out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
@@ -134,13 +139,7 @@ def format_net_table(rows):
             f"{r['bytes_per_conn']:.0f} B" if idle else
             "/".join(str(c) for c in r["balance"] or []),
         ])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = []
-    for n, line in enumerate(lines):
-        out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return render(lines)
 
 
 def run_net(args):

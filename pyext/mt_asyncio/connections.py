@@ -53,6 +53,21 @@ def _set_reuseport(sock):
                          "SO_REUSEPORT defined but not implemented.") from None
 
 
+def _remove_stale_unix_socket(path):
+    """A socket file left by an earlier run is removed before binding;
+    abstract names (a leading NUL) have no file."""
+    if path[0] in (0, "\x00"):
+        return
+    try:
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        logger.error("Unable to check or remove stale UNIX socket %r: %r",
+                     path, err)
+
+
 def _ssl_context(ssl, server_side):
     """stdlib's rule for ssl=True: a default context (clients only)."""
     if isinstance(ssl, _ssl.SSLContext):
@@ -539,17 +554,7 @@ class ConnectionMethods:
                     "path and sock can not be specified at the same time")
             path = os.fspath(path)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            # A stale socket file from an earlier run is removed; abstract
-            # names (a leading NUL) have no file.
-            if path[0] not in (0, "\x00"):
-                try:
-                    if stat.S_ISSOCK(os.stat(path).st_mode):
-                        os.remove(path)
-                except FileNotFoundError:
-                    pass
-                except OSError as err:
-                    logger.error("Unable to check or remove stale UNIX "
-                                 "socket %r: %r", path, err)
+            _remove_stale_unix_socket(path)
             try:
                 sock.bind(path)
             except OSError as exc:
@@ -639,15 +644,8 @@ class ConnectionMethods:
             for addr in (local_addr, remote_addr):
                 if addr is not None and not isinstance(addr, str):
                     raise TypeError("string is expected")
-            if local_addr and local_addr[0] not in (0, "\x00"):
-                try:
-                    if stat.S_ISSOCK(os.stat(local_addr).st_mode):
-                        os.remove(local_addr)
-                except FileNotFoundError:
-                    pass
-                except OSError as err:
-                    logger.error("Unable to check or remove stale UNIX "
-                                 "socket %r: %r", local_addr, err)
+            if local_addr:
+                _remove_stale_unix_socket(local_addr)
             candidates = [((family, proto), (local_addr, remote_addr))]
         else:
             # Local and remote addresses paired by (family, protocol).

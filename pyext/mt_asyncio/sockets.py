@@ -121,25 +121,27 @@ class SocketMethods:
             raise RuntimeError(
                 f"File descriptor {fd!r} is used by transport {transport!r}")
 
-    def _add_reader(self, fd, callback, *args):
+    def _watch(self, fd, writing, callback, args):
         self._check_closed()
-        return _core._fd_watch(self, _fileobj_to_fd(fd), False, callback, args,
-                               _copy_context())
+        return _core._fd_watch(self, _fileobj_to_fd(fd), writing, callback,
+                               args, _copy_context())
+
+    def _unwatch(self, fd, writing):
+        if self.is_closed():
+            return False
+        return _core._fd_unwatch(self, _fileobj_to_fd(fd), writing)
+
+    def _add_reader(self, fd, callback, *args):
+        return self._watch(fd, False, callback, args)
 
     def _add_writer(self, fd, callback, *args):
-        self._check_closed()
-        return _core._fd_watch(self, _fileobj_to_fd(fd), True, callback, args,
-                               _copy_context())
+        return self._watch(fd, True, callback, args)
 
     def _remove_reader(self, fd):
-        if self.is_closed():
-            return False
-        return _core._fd_unwatch(self, _fileobj_to_fd(fd), False)
+        return self._unwatch(fd, False)
 
     def _remove_writer(self, fd):
-        if self.is_closed():
-            return False
-        return _core._fd_unwatch(self, _fileobj_to_fd(fd), True)
+        return self._unwatch(fd, True)
 
     def add_reader(self, fd, callback, *args):
         """Call callback(*args) whenever fd is readable."""

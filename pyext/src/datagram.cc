@@ -223,18 +223,7 @@ bool Endpoint::Poll() {
   if (!made_) {
     made_ = true;
     Deliver("connection_made", transport_);
-    if (waiter_ != nullptr) {
-      PyObject* cancelled = CallMethod(waiter_, "cancelled");
-      if (cancelled == Py_False) {
-        PyObject* r = PyObject_CallMethod(waiter_, "set_result", "O", Py_None);
-        if (r == nullptr) PyErr_WriteUnraisable(waiter_);
-        Py_XDECREF(r);
-      } else if (cancelled == nullptr) {
-        PyErr_WriteUnraisable(waiter_);
-      }
-      Py_XDECREF(cancelled);
-      Py_CLEAR(waiter_);
-    }
+    ResolveWaiter(&waiter_);
   }
   SyncPause();
   Flush();
@@ -515,16 +504,7 @@ PyObject* Datagram_is_closing(PyObject* self, PyObject*) {
 }
 
 PyObject* Datagram_get_extra_info(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs < 1 || nargs > 2) {
-    PyErr_SetString(PyExc_TypeError, "get_extra_info(name, default=None)");
-    return nullptr;
-  }
-  PyObject* dflt = nargs == 2 ? args[1] : Py_None;
-  Endpoint* e = EndpointOf(self);
-  PyObject* value;
-  const int found = PyDict_GetItemRef(e->extra_, args[0], &value);
-  if (found < 0) return nullptr;
-  return found ? value : Py_NewRef(dflt);
+  return GetExtraInfo(EndpointOf(self)->extra_, args, nargs);
 }
 
 PyObject* Datagram_set_protocol(PyObject* self, PyObject* protocol) {
@@ -561,43 +541,14 @@ PyObject* Datagram_get_write_buffer_limits(PyObject* self, PyObject*) {
 }
 
 PyObject* Datagram_set_write_buffer_limits(PyObject* self, PyObject* args, PyObject* kwds) {
-  static const char* kwlist[] = {"high", "low", nullptr};
-  PyObject* high_obj = Py_None;
-  PyObject* low_obj = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:set_write_buffer_limits",
-                                   const_cast<char**>(kwlist), &high_obj, &low_obj)) {
-    return nullptr;
-  }
-  long long high, low;
-  if (high_obj == Py_None) {
-    if (low_obj == Py_None) {
-      high = static_cast<long long>(kDefaultHighWater);
-    } else {
-      low = PyLong_AsLongLong(low_obj);
-      if (low == -1 && PyErr_Occurred()) return nullptr;
-      high = 4 * low;
-    }
-  } else {
-    high = PyLong_AsLongLong(high_obj);
-    if (high == -1 && PyErr_Occurred()) return nullptr;
-  }
-  if (low_obj == Py_None) {
-    low = high >= 0 ? high / 4 : -((3 - high) / 4);  // Python's floor division.
-  } else {
-    low = PyLong_AsLongLong(low_obj);
-    if (low == -1 && PyErr_Occurred()) return nullptr;
-  }
-  if (!(high >= low && low >= 0)) {
-    PyErr_Format(PyExc_ValueError, "high (%lld) must be >= low (%lld) must be >= 0", high,
-                 low);
-    return nullptr;
-  }
+  std::size_t high, low;
+  if (ParseWriteBufferLimits(args, kwds, kDefaultHighWater, &high, &low) < 0) return nullptr;
   Endpoint* e = EndpointOf(self);
   bool pause = false;
   {
     Locked lock(e->mu_);
-    e->high_water_ = static_cast<std::size_t>(high);
-    e->low_water_ = static_cast<std::size_t>(low);
+    e->high_water_ = high;
+    e->low_water_ = low;
     if (!e->want_paused_ && e->queued_bytes_ > e->high_water_) {
       e->want_paused_ = true;
       pause = true;

@@ -197,23 +197,7 @@ class Conn final : public rt_task::Task {
   void DeliverLost();
 };
 
-// Resolves *waiter (a future; cleared) with None unless it was cancelled,
-// or fails it with `exc` (borrowed) when given.
-void ResolveWaiter(PyObject** waiter, PyObject* exc = nullptr) {
-  PyObject* w = std::exchange(*waiter, nullptr);
-  if (w == nullptr) return;
-  PyObject* cancelled = CallMethod(w, "cancelled");
-  if (cancelled == Py_False) {
-    PyObject* r = exc == nullptr ? PyObject_CallMethod(w, "set_result", "O", Py_None)
-                                 : PyObject_CallMethod(w, "set_exception", "O", exc);
-    if (r == nullptr) PyErr_WriteUnraisable(w);
-    Py_XDECREF(r);
-  } else if (cancelled == nullptr) {
-    PyErr_WriteUnraisable(w);
-  }
-  Py_XDECREF(cancelled);
-  Py_DECREF(w);
-}
+
 
 // Sends as much of the buffer as the socket takes.
 int Conn::FlushLocked() {
@@ -858,17 +842,7 @@ PyObject* Transport_resume_reading(PyObject* self, PyObject*) {
 }
 
 PyObject* Transport_get_extra_info(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs < 1 || nargs > 2) {
-    PyErr_SetString(PyExc_TypeError, "get_extra_info(name, default=None)");
-    return nullptr;
-  }
-  PyObject* dflt = nargs == 2 ? args[1] : Py_None;
-  Conn* c = ConnOf(self);
-  if (c->extra_ == nullptr) return Py_NewRef(dflt);
-  PyObject* value;
-  const int found = PyDict_GetItemRef(c->extra_, args[0], &value);
-  if (found < 0) return nullptr;
-  return found ? value : Py_NewRef(dflt);
+  return GetExtraInfo(ConnOf(self)->extra_, args, nargs);
 }
 
 PyObject* Transport_set_protocol(PyObject* self, PyObject* protocol) {
@@ -912,44 +886,14 @@ PyObject* Transport_get_write_buffer_limits(PyObject* self, PyObject*) {
 }
 
 PyObject* Transport_set_write_buffer_limits(PyObject* self, PyObject* args, PyObject* kwds) {
-  static const char* kwlist[] = {"high", "low", nullptr};
-  PyObject* high_obj = Py_None;
-  PyObject* low_obj = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:set_write_buffer_limits",
-                                   const_cast<char**>(kwlist), &high_obj, &low_obj)) {
-    return nullptr;
-  }
-  // stdlib's rules: high defaults to 64 KiB (or 4 * low), low to high // 4.
-  long long high, low;
-  if (high_obj == Py_None) {
-    if (low_obj == Py_None) {
-      high = static_cast<long long>(kDefaultHighWater);
-    } else {
-      low = PyLong_AsLongLong(low_obj);
-      if (low == -1 && PyErr_Occurred()) return nullptr;
-      high = 4 * low;
-    }
-  } else {
-    high = PyLong_AsLongLong(high_obj);
-    if (high == -1 && PyErr_Occurred()) return nullptr;
-  }
-  if (low_obj == Py_None) {
-    low = high >= 0 ? high / 4 : -((3 - high) / 4);  // Python's floor division.
-  } else {
-    low = PyLong_AsLongLong(low_obj);
-    if (low == -1 && PyErr_Occurred()) return nullptr;
-  }
-  if (!(high >= low && low >= 0)) {
-    PyErr_Format(PyExc_ValueError, "high (%lld) must be >= low (%lld) must be >= 0", high,
-                 low);
-    return nullptr;
-  }
+  std::size_t high, low;
+  if (ParseWriteBufferLimits(args, kwds, kDefaultHighWater, &high, &low) < 0) return nullptr;
   Conn* c = ConnOf(self);
   bool pause = false;
   {
     Locked lock(c->mu_);
-    c->high_water_ = static_cast<std::size_t>(high);
-    c->low_water_ = static_cast<std::size_t>(low);
+    c->high_water_ = high;
+    c->low_water_ = low;
     if (!c->want_paused_ && c->wbuf_.size() > c->high_water_) {
       c->want_paused_ = true;
       pause = true;

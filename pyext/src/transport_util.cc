@@ -137,6 +137,69 @@ int SocketFd(PyObject* sock) {
   return fd;
 }
 
+int ParseWriteBufferLimits(PyObject* args, PyObject* kwds, std::size_t default_high,
+                           std::size_t* high_out, std::size_t* low_out) {
+  static const char* kwlist[] = {"high", "low", nullptr};
+  PyObject* high_obj = Py_None;
+  PyObject* low_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:set_write_buffer_limits",
+                                   const_cast<char**>(kwlist), &high_obj, &low_obj)) {
+    return -1;
+  }
+  long long high, low = 0;
+  if (low_obj != Py_None) {
+    low = PyLong_AsLongLong(low_obj);
+    if (low == -1 && PyErr_Occurred()) return -1;
+  }
+  if (high_obj == Py_None) {
+    high = low_obj == Py_None ? static_cast<long long>(default_high) : 4 * low;
+  } else {
+    high = PyLong_AsLongLong(high_obj);
+    if (high == -1 && PyErr_Occurred()) return -1;
+  }
+  if (low_obj == Py_None) {
+    low = high >= 0 ? high / 4 : -((3 - high) / 4);  // Python's floor division.
+  }
+  if (!(high >= low && low >= 0)) {
+    PyErr_Format(PyExc_ValueError, "high (%lld) must be >= low (%lld) must be >= 0", high,
+                 low);
+    return -1;
+  }
+  *high_out = static_cast<std::size_t>(high);
+  *low_out = static_cast<std::size_t>(low);
+  return 0;
+}
+
+PyObject* GetExtraInfo(PyObject* extra, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1 || nargs > 2) {
+    PyErr_SetString(PyExc_TypeError, "get_extra_info(name, default=None)");
+    return nullptr;
+  }
+  PyObject* dflt = nargs == 2 ? args[1] : Py_None;
+  if (extra == nullptr) return Py_NewRef(dflt);
+  PyObject* value;
+  const int found = PyDict_GetItemRef(extra, args[0], &value);
+  if (found < 0) return nullptr;
+  return found ? value : Py_NewRef(dflt);
+}
+
+void ResolveWaiter(PyObject** waiter, PyObject* exc) {
+  PyObject* w = *waiter;
+  *waiter = nullptr;
+  if (w == nullptr) return;
+  PyObject* cancelled = CallMethod(w, "cancelled");
+  if (cancelled == Py_False) {
+    PyObject* r = exc == nullptr ? PyObject_CallMethod(w, "set_result", "O", Py_None)
+                                 : PyObject_CallMethod(w, "set_exception", "O", exc);
+    if (r == nullptr) PyErr_WriteUnraisable(w);
+    Py_XDECREF(r);
+  } else if (cancelled == nullptr) {
+    PyErr_WriteUnraisable(w);
+  }
+  Py_XDECREF(cancelled);
+  Py_DECREF(w);
+}
+
 runtime::scheduler::Strand* OwnerStrand(PyObject* loop) {
   using runtime::scheduler::Strand;
   if (Strand* current = Strand::Current()) {

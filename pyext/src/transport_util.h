@@ -3,6 +3,7 @@
 
 #include <Python.h>
 
+#include <cstddef>
 #include <initializer_list>
 #include <utility>
 
@@ -53,6 +54,17 @@ PyObject* CallMethod(PyObject* obj, const char* name, PyObject* arg = nullptr);
 PyObject* MakeExtra(PyObject* sock, PyObject* extra);
 // The fd of a Python socket object, or -1 with an error.
 int SocketFd(PyObject* sock);
+
+// set_write_buffer_limits(high=None, low=None) by stdlib's rules: high
+// defaults to `default_high` (or 4 * low), low to high // 4, and
+// high >= low >= 0 or ValueError. 0, or -1 with an error.
+int ParseWriteBufferLimits(PyObject* args, PyObject* kwds, std::size_t default_high,
+                           std::size_t* high, std::size_t* low);
+// get_extra_info(name, default=None) over `extra` (a dict, or nullptr).
+PyObject* GetExtraInfo(PyObject* extra, PyObject* const* args, Py_ssize_t nargs);
+// Resolves *waiter (a future; cleared) with None unless it was cancelled,
+// or fails it with `exc` (borrowed) when given.
+void ResolveWaiter(PyObject** waiter, PyObject* exc = nullptr);
 
 // A new strand for a connection that the calling code makes, as a child of
 // the strand that code runs on. Code not on a strand but in a task (the
