@@ -400,7 +400,10 @@ async def reader_errors(aio):
 @scenario
 async def reader_on_transport_fd_refused(aio):
     loop = aio.get_running_loop()
-    server = await aio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    async def handler(reader, writer):
+        writer.close()
+
+    server = await aio.start_server(handler, "127.0.0.1", 0)
     r, w = await aio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
     fd = w.get_extra_info("socket").fileno()
     res = [observe(loop.add_reader, fd, print)[:2],
