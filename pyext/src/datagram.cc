@@ -14,6 +14,7 @@
 #include <optional>
 #include <utility>
 
+#include "pyext/src/connection_unit.h"
 #include "pyext/src/fd_watch.h"
 #include "pyext/src/loop.h"
 #include "pyext/src/py_ref.h"
@@ -31,7 +32,6 @@ using runtime::scheduler::Strand;
 using namespace transport;  // NOLINT: the transports' shared helpers.
 
 constexpr Py_ssize_t kMaxDatagram = 256 * 1024;
-constexpr std::size_t kDefaultHighWater = 64 * 1024;
 // stdlib counts each queued datagram as its size plus this much.
 constexpr std::size_t kHeaderSize = 8;
 constexpr int kLogConnLostWrites = 5;
@@ -45,22 +45,15 @@ bool IsWouldBlock(PyObject* exc) {
          PyErr_GivenExceptionMatches(exc, PyExc_InterruptedError);
 }
 
-class Endpoint final : public rt_task::Task {
+class Endpoint final : public ConnectionUnit {
  public:
-  Endpoint(PyObject* loop, PyObject* sock, int fd)
-      : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), sock_(Py_NewRef(sock)), fd_(fd) {}
+  Endpoint(PyObject* loop, PyObject* sock, int fd) : ConnectionUnit(loop, sock, fd) {}
   ~Endpoint() override {
     for (auto& [data, addr] : queue_) {
       DecRefAnyThread(data);
       DecRefAnyThread(addr);
     }
-    DecRefAnyThread(loop_);
-    DecRefAnyThread(sock_);
-    DecRefAnyThread(extra_);
-    DecRefAnyThread(protocol_);
     DecRefAnyThread(address_);
-    DecRefAnyThread(waiter_);
-    DecRefAnyThread(lost_exc_);
   }
 
   bool Poll() override;
@@ -72,49 +65,28 @@ class Endpoint final : public rt_task::Task {
     });
   }
 
-  void Close();
-  void ForceClose(PyObject* exc);
-  // `self`: the transport object, borrowed, when called off the strand.
-  void Fatal(PyObject* exc, const char* message, PyObject* self = nullptr);
-  void SyncPause();
-  PyObject* Protocol() {
-    Locked lock(mu_);
-    return Py_XNewRef(protocol_);
-  }
-  bool OnMyStrand() const {
-    Strand* current = Strand::Current();
-    return current != nullptr && strand_ != nullptr && current->Excludes(strand_);
-  }
   // Sends one datagram through the socket: 0, EAGAIN (nothing sent), or -1
   // with the Python error set.
   int SendNow(PyObject* data, PyObject* addr);
 
-  PyObject* loop_;
-  PyObject* sock_;
-  const int fd_;
-  PyObject* transport_ = nullptr;  // Strong until lost.
-  PyObject* extra_ = nullptr;
   PyObject* address_ = nullptr;  // The connected peer, or nullptr.
-  PyObject* waiter_ = nullptr;
-  io::ScheduledIo* io_ = nullptr;
-  Strand* strand_ = nullptr;
-  bool connected_ = false;  // Has a peer: send(), not sendto().
+  bool connected_ = false;       // Has a peer: send(), not sendto().
 
-  PyMutex mu_{};
-  PyObject* protocol_ = nullptr;
-  std::deque<std::pair<PyObject*, PyObject*>> queue_;  // (bytes, addr), owned.
+  // Under mu_: (bytes, addr) pairs sendto() could not send yet, owned.
+  std::deque<std::pair<PyObject*, PyObject*>> queue_;
   std::size_t queued_bytes_ = 0;
-  std::size_t high_water_ = kDefaultHighWater;
-  std::size_t low_water_ = kDefaultHighWater / 4;
-  bool closing_ = false;
-  bool want_paused_ = false;
-  int conn_lost_ = 0;
-  bool lost_pending_ = false;
-  PyObject* lost_exc_ = nullptr;
 
-  bool made_ = false;
-  bool paused_delivered_ = false;
-  std::atomic<bool> lost_{false};
+ protected:
+  bool BufferEmptyLocked() const override { return queue_.empty(); }
+  std::size_t BufferSizeLocked() const override { return queued_bytes_; }
+  void ClearBufferLocked(std::vector<PyObject*>& drop) override {
+    for (auto& [data, addr] : queue_) {
+      drop.push_back(data);
+      drop.push_back(addr);
+    }
+    queue_.clear();
+    queued_bytes_ = 0;
+  }
 
  private:
   void ReadSome();
@@ -138,49 +110,8 @@ int Endpoint::SendNow(PyObject* data, PyObject* addr) {
   return -1;
 }
 
-void Endpoint::Close() {
-  {
-    Locked lock(mu_);
-    if (closing_) return;
-    closing_ = true;
-    if (!queue_.empty()) return;  // connection_lost once flushed.
-    ++conn_lost_;
-    lost_pending_ = true;
-  }
-  Wake();
-}
 
-void Endpoint::ForceClose(PyObject* exc) {
-  std::deque<std::pair<PyObject*, PyObject*>> dropped;
-  {
-    Locked lock(mu_);
-    if (conn_lost_ == 0) {
-      dropped.swap(queue_);
-      queued_bytes_ = 0;
-      closing_ = true;
-      ++conn_lost_;
-      lost_pending_ = true;
-      lost_exc_ = std::exchange(exc, nullptr);
-    }
-  }
-  for (auto& [data, addr] : dropped) {
-    Py_DECREF(data);
-    Py_XDECREF(addr);
-  }
-  Py_XDECREF(exc);
-  Wake();
-}
 
-void Endpoint::Fatal(PyObject* exc, const char* message, PyObject* self) {
-  if (self == nullptr) self = transport_;  // On the strand: ours to read.
-  if (!PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
-    PyObject* protocol = Protocol();
-    ReportToLoop(loop_, message, Py_NewRef(exc),
-                 {{"transport", self}, {"protocol", protocol}});
-    Py_XDECREF(protocol);
-  }
-  ForceClose(exc);
-}
 
 // Calls protocol.method(arg1[, arg2]); a failure is reported as stdlib
 // reports a failed callback.
@@ -196,26 +127,6 @@ void Endpoint::Deliver(const char* method, PyObject* arg1, PyObject* arg2) {
   Py_DECREF(protocol);
 }
 
-void Endpoint::SyncPause() {
-  bool want;
-  {
-    Locked lock(mu_);
-    want = want_paused_;
-  }
-  if (want == paused_delivered_ || lost_.load(std::memory_order_relaxed)) return;
-  paused_delivered_ = want;
-  PyObject* protocol = Protocol();
-  if (protocol == nullptr) return;
-  PyObject* res = CallMethod(protocol, want ? "pause_writing" : "resume_writing");
-  if (res == nullptr) {
-    ReportToLoop(loop_,
-                 want ? "protocol.pause_writing() failed" : "protocol.resume_writing() failed",
-                 PyErr_GetRaisedException(),
-                 {{"transport", transport_}, {"protocol", protocol}});
-  }
-  Py_XDECREF(res);
-  Py_DECREF(protocol);
-}
 
 bool Endpoint::Poll() {
   if (LoopDeferIfStopped(loop_, this)) return false;
@@ -229,12 +140,7 @@ bool Endpoint::Poll() {
   Flush();
   ReadSome();
   SyncPause();
-  bool lost;
-  {
-    Locked lock(mu_);
-    lost = lost_pending_;
-  }
-  if (lost) {
+  if (LostPending()) {
     DeliverLost();
     return true;
   }
@@ -498,9 +404,7 @@ PyObject* Datagram_abort(PyObject* self, PyObject*) {
 }
 
 PyObject* Datagram_is_closing(PyObject* self, PyObject*) {
-  Endpoint* e = EndpointOf(self);
-  Locked lock(e->mu_);
-  return PyBool_FromLong(e->closing_);
+  return EndpointOf(self)->IsClosing();
 }
 
 PyObject* Datagram_get_extra_info(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
@@ -519,48 +423,23 @@ PyObject* Datagram_set_protocol(PyObject* self, PyObject* protocol) {
 }
 
 PyObject* Datagram_get_protocol(PyObject* self, PyObject*) {
-  PyObject* p = EndpointOf(self)->Protocol();
-  return p != nullptr ? p : Py_NewRef(Py_None);
+  return EndpointOf(self)->GetProtocol();
 }
 
 PyObject* Datagram_get_write_buffer_size(PyObject* self, PyObject*) {
-  Endpoint* e = EndpointOf(self);
-  std::size_t n;
-  {
-    Locked lock(e->mu_);
-    n = e->queued_bytes_;
-  }
-  return PyLong_FromSize_t(n);
+  return EndpointOf(self)->GetWriteBufferSize();
 }
 
 PyObject* Datagram_get_write_buffer_limits(PyObject* self, PyObject*) {
-  Endpoint* e = EndpointOf(self);
-  Locked lock(e->mu_);
-  return Py_BuildValue("(nn)", static_cast<Py_ssize_t>(e->low_water_),
-                       static_cast<Py_ssize_t>(e->high_water_));
+  return EndpointOf(self)->GetWriteBufferLimits();
 }
 
 PyObject* Datagram_set_write_buffer_limits(PyObject* self, PyObject* args, PyObject* kwds) {
   std::size_t high, low;
-  if (ParseWriteBufferLimits(args, kwds, kDefaultHighWater, &high, &low) < 0) return nullptr;
-  Endpoint* e = EndpointOf(self);
-  bool pause = false;
-  {
-    Locked lock(e->mu_);
-    e->high_water_ = high;
-    e->low_water_ = low;
-    if (!e->want_paused_ && e->queued_bytes_ > e->high_water_) {
-      e->want_paused_ = true;
-      pause = true;
-    }
+  if (ParseWriteBufferLimits(args, kwds, Endpoint::kDefaultHighWater, &high, &low) < 0) {
+    return nullptr;
   }
-  if (pause) {
-    if (e->OnMyStrand()) {
-      e->SyncPause();
-    } else {
-      e->Wake();
-    }
-  }
+  EndpointOf(self)->SetWriteLimits(high, low);
   Py_RETURN_NONE;
 }
 

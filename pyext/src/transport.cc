@@ -17,6 +17,7 @@
 #include <string>
 #include <utility>
 
+#include "pyext/src/connection_unit.h"
 #include "pyext/src/fd_watch.h"
 #include "pyext/src/loop.h"
 #include "pyext/src/py_ref.h"
@@ -35,7 +36,6 @@ using runtime::scheduler::Strand;
 
 // stdlib's read size (selector_events max_size) and default write limits.
 constexpr std::size_t kReadSize = 256 * 1024;
-constexpr std::size_t kDefaultHighWater = 64 * 1024;
 // After this many writes to a lost connection, each one logs a warning
 // (asyncio.constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES).
 constexpr int kLogConnLostWrites = 5;
@@ -104,51 +104,27 @@ class WriteBuffer {
 
 // --- the connection unit ------------------------------------------------------
 
-class Conn final : public rt_task::Task {
+class Conn final : public ConnectionUnit {
  public:
-  Conn(PyObject* loop, PyObject* sock, int fd)
-      : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), sock_(Py_NewRef(sock)), fd_(fd) {}
+  Conn(PyObject* loop, PyObject* sock, int fd) : ConnectionUnit(loop, sock, fd) {}
   ~Conn() override {
-    DecRefAnyThread(loop_);
-    DecRefAnyThread(sock_);
-    DecRefAnyThread(extra_);
-    DecRefAnyThread(protocol_);
     DecRefAnyThread(factory_);
     DecRefAnyThread(server_);
-    DecRefAnyThread(waiter_);
-    DecRefAnyThread(lost_exc_);
     DecRefAnyThread(writable_waiter_);
   }
 
   bool Poll() override;
   void OnCancel() override;
 
-  // --- set up, before the first wake (one thread) ---
-  PyObject* loop_;
-  PyObject* sock_;
-  const int fd_;
-  PyObject* transport_ = nullptr;  // Strong from the first wake until lost.
-  PyObject* extra_ = nullptr;      // dict; written once before publication.
-  PyObject* factory_ = nullptr;    // Accepted connections: protocol factory.
+  // --- set up before the first wake (one thread) ---
+  PyObject* factory_ = nullptr;  // Accepted connections: protocol factory.
   PyObject* server_ = nullptr;
-  PyObject* waiter_ = nullptr;
-  io::ScheduledIo* io_ = nullptr;  // Registered by whoever starts it.
-  Strand* strand_ = nullptr;       // Borrowed: the unit's executor.
 
   // --- any thread, under mu_ ---
-  PyMutex mu_{};
-  PyObject* protocol_ = nullptr;
   bool buffered_ = false;  // protocol_ is a BufferedProtocol.
   WriteBuffer wbuf_;
-  std::size_t high_water_ = kDefaultHighWater;
-  std::size_t low_water_ = kDefaultHighWater / 4;
-  bool closing_ = false;
   bool eof_requested_ = false;  // write_eof() called.
   bool reading_paused_ = false;
-  bool want_paused_ = false;  // Writing above the high-water mark.
-  int conn_lost_ = 0;
-  bool lost_pending_ = false;  // connection_lost is due.
-  PyObject* lost_exc_ = nullptr;
   // loop.sendfile()'s native path: write() refuses while it runs, and the
   // unit resolves writable_waiter_ once the buffer is flushed and the
   // socket takes more.
@@ -158,36 +134,16 @@ class Conn final : public rt_task::Task {
   // --- the unit's own (on the strand) ---
   bool started_ = false;
   bool attached_ = false;  // server_._attach() was called.
-  bool made_ = false;
-  bool paused_delivered_ = false;
   bool eof_seen_ = false;
-  std::atomic<bool> lost_{false};
 
-  // Any thread.
-  void Close();
-  // Any thread; consumes `exc` (nullptr: None).
-  void ForceClose(PyObject* exc);
-  // Reports `exc` (consumed) the way stdlib's _fatal_error does, then
-  // force-closes with it. Any thread, attached.
-  // `self` is the transport object, borrowed (alive for the call): from
-  // another thread transport_ may be cleared under the caller's feet.
-  void Fatal(PyObject* exc, const char* message, PyObject* self = nullptr);
-  // On the connection's strand: delivers pause_writing/resume_writing if
-  // the wanted state changed.
-  void SyncPause();
-  // Whether the caller runs on this connection's strand or an ancestor of
-  // it: then no callback of the connection can run meanwhile.
-  bool OnMyStrand() const {
-    Strand* current = Strand::Current();
-    return current != nullptr && strand_ != nullptr && current->Excludes(strand_);
-  }
-  PyObject* Protocol() {
-    Locked lock(mu_);
-    return Py_XNewRef(protocol_);
-  }
   // Sends from the buffer until it is empty or the socket is full. Under
   // mu_. Returns 0, EAGAIN, or another errno.
   int FlushLocked();
+
+ protected:
+  bool BufferEmptyLocked() const override { return wbuf_.empty(); }
+  std::size_t BufferSizeLocked() const override { return wbuf_.size(); }
+  void ClearBufferLocked(std::vector<PyObject*>&) override { wbuf_.Clear(); }
 
  private:
   bool Start();
@@ -196,8 +152,6 @@ class Conn final : public rt_task::Task {
   void ServeWritableWaiter();
   void DeliverLost();
 };
-
-
 
 // Sends as much of the buffer as the socket takes.
 int Conn::FlushLocked() {
@@ -216,78 +170,9 @@ int Conn::FlushLocked() {
   return 0;
 }
 
-void Conn::Close() {
-  {
-    Locked lock(mu_);
-    if (closing_) return;
-    closing_ = true;
-    if (!wbuf_.empty()) return;  // connection_lost once it is flushed.
-    ++conn_lost_;
-    lost_pending_ = true;
-  }
-  Wake();
-}
 
-void Conn::ForceClose(PyObject* exc) {
-  {
-    Locked lock(mu_);
-    if (conn_lost_ == 0) {
-      wbuf_.Clear();
-      closing_ = true;
-      ++conn_lost_;
-      lost_pending_ = true;
-      lost_exc_ = std::exchange(exc, nullptr);
-    }
-  }
-  Py_XDECREF(exc);
-  Wake();
-}
 
-void Conn::Fatal(PyObject* exc, const char* message, PyObject* self) {
-  if (self == nullptr) self = transport_;  // On the strand: ours to read.
-  if (PyErr_GivenExceptionMatches(exc, PyExc_OSError)) {
-    // Resets and broken pipes are a peer's business; stdlib only logs them
-    // in debug mode.
-    if (GetDebug(loop_) && self != nullptr) {
-      PyObject* res = PyObject_CallMethod(logger, "debug", "sOs", "%r: %s", self, message);
-      Py_XDECREF(res);
-      PyErr_Clear();
-    }
-  } else {
-    PyObject* protocol = Protocol();
-    ReportToLoop(loop_, message, Py_NewRef(exc),
-                 {{"transport", self}, {"protocol", protocol}});
-    Py_XDECREF(protocol);
-  }
-  ForceClose(exc);
-}
 
-void Conn::SyncPause() {
-  bool want;
-  {
-    Locked lock(mu_);
-    want = want_paused_;
-  }
-  if (want == paused_delivered_ || lost_.load(std::memory_order_relaxed)) return;
-  paused_delivered_ = want;
-  PyObject* protocol = Protocol();
-  if (protocol == nullptr) return;
-  PyObject* res = CallMethod(protocol, want ? "pause_writing" : "resume_writing");
-  if (res == nullptr) {
-    PyObject* exc = PyErr_GetRaisedException();
-    if (IsFatalPyError(exc)) {
-      PyErr_SetRaisedException(exc);
-      PyErr_WriteUnraisable(protocol);
-    } else {
-      ReportToLoop(loop_,
-                   want ? "protocol.pause_writing() failed"
-                        : "protocol.resume_writing() failed",
-                   exc, {{"transport", transport_}, {"protocol", protocol}});
-    }
-  }
-  Py_XDECREF(res);
-  Py_DECREF(protocol);
-}
 
 bool Conn::Start() {
   // An accepted connection makes its protocol here, on its own strand, so
@@ -347,12 +232,7 @@ bool Conn::Poll() {
   ServeWritableWaiter();
   ReadOnce();
   SyncPause();
-  bool lost;
-  {
-    Locked lock(mu_);
-    lost = lost_pending_;
-  }
-  if (lost) {
+  if (LostPending()) {
     DeliverLost();
     return true;
   }
@@ -812,9 +692,7 @@ PyObject* Transport_force_close(PyObject* self, PyObject* exc) {
 }
 
 PyObject* Transport_is_closing(PyObject* self, PyObject*) {
-  Conn* c = ConnOf(self);
-  Locked lock(c->mu_);
-  return PyBool_FromLong(c->closing_);
+  return ConnOf(self)->IsClosing();
 }
 
 PyObject* Transport_is_reading(PyObject* self, PyObject*) {
@@ -860,50 +738,23 @@ PyObject* Transport_set_protocol(PyObject* self, PyObject* protocol) {
 }
 
 PyObject* Transport_get_protocol(PyObject* self, PyObject*) {
-  PyObject* p = ConnOf(self)->Protocol();
-  return p != nullptr ? p : Py_NewRef(Py_None);
+  return ConnOf(self)->GetProtocol();
 }
 
 PyObject* Transport_get_write_buffer_size(PyObject* self, PyObject*) {
-  Conn* c = ConnOf(self);
-  std::size_t size;
-  {
-    Locked lock(c->mu_);
-    size = c->wbuf_.size();
-  }
-  return PyLong_FromSize_t(size);
+  return ConnOf(self)->GetWriteBufferSize();
 }
 
 PyObject* Transport_get_write_buffer_limits(PyObject* self, PyObject*) {
-  Conn* c = ConnOf(self);
-  std::size_t low, high;
-  {
-    Locked lock(c->mu_);
-    low = c->low_water_;
-    high = c->high_water_;
-  }
-  return Py_BuildValue("(nn)", static_cast<Py_ssize_t>(low), static_cast<Py_ssize_t>(high));
+  return ConnOf(self)->GetWriteBufferLimits();
 }
 
 PyObject* Transport_set_write_buffer_limits(PyObject* self, PyObject* args, PyObject* kwds) {
   std::size_t high, low;
-  if (ParseWriteBufferLimits(args, kwds, kDefaultHighWater, &high, &low) < 0) return nullptr;
-  Conn* c = ConnOf(self);
-  bool pause = false;
-  {
-    Locked lock(c->mu_);
-    c->high_water_ = high;
-    c->low_water_ = low;
-    if (!c->want_paused_ && c->wbuf_.size() > c->high_water_) {
-      c->want_paused_ = true;
-      pause = true;
-    }
+  if (ParseWriteBufferLimits(args, kwds, Conn::kDefaultHighWater, &high, &low) < 0) {
+    return nullptr;
   }
-  if (pause && c->OnMyStrand()) {
-    c->SyncPause();
-  } else if (pause) {
-    c->Wake();
-  }
+  ConnOf(self)->SetWriteLimits(high, low);
   Py_RETURN_NONE;
 }
 

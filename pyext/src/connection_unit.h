@@ -1,0 +1,93 @@
+#ifndef MT_PYEXT_SRC_CONNECTION_UNIT_H_
+#define MT_PYEXT_SRC_CONNECTION_UNIT_H_
+
+#include <Python.h>
+
+#include <atomic>
+#include <cstddef>
+#include <vector>
+
+#include "runtime/io/scheduled_io.h"
+#include "runtime/scheduler/strand.h"
+#include "runtime/task/task.h"
+
+namespace mt::pyext::transport {
+
+// What a stream connection (transport.cc) and a datagram endpoint
+// (datagram.cc) share: the runtime unit on the connection's strand that
+// delivers every protocol callback, the state guarded by one PyMutex, and
+// closing, aborting, fatal errors and pause/resume of writing, which both
+// do by stdlib's rules. A subclass owns its write buffer.
+class ConnectionUnit : public runtime::task::Task {
+ public:
+  static constexpr std::size_t kDefaultHighWater = 64 * 1024;
+
+  ConnectionUnit(PyObject* loop, PyObject* sock, int fd);
+  ~ConnectionUnit() override;
+
+  // close(): connection_lost(None) once the buffer is flushed. Any thread.
+  void Close();
+  // abort() or a fatal error: the buffer is dropped and
+  // connection_lost(exc) is due (`exc` consumed; nullptr: None). Any
+  // thread.
+  void ForceClose(PyObject* exc);
+  // Reports `exc` (consumed) as stdlib's _fatal_error does (an OSError
+  // only in debug mode), then force-closes with it. `self` is the
+  // transport object, borrowed, when called off the strand (transport_
+  // may be cleared there meanwhile). Attached.
+  void Fatal(PyObject* exc, const char* message, PyObject* self = nullptr);
+  // On the strand: pause_writing/resume_writing when the wanted state
+  // differs from what the protocol was last told.
+  void SyncPause();
+  // set_write_buffer_limits(): pauses at once if the buffer is now above
+  // `high` (before returning when the caller's strand excludes ours).
+  void SetWriteLimits(std::size_t high, std::size_t low);
+  // Whether the caller runs on this connection's strand or an ancestor of
+  // it: then no callback of the connection can run meanwhile.
+  bool OnMyStrand() const;
+  PyObject* Protocol();  // New reference, or nullptr once lost.
+  bool LostPending();
+  // What the transports' Python methods of the same names answer.
+  PyObject* GetProtocol();  // get_protocol(): None once lost.
+  PyObject* IsClosing();
+  PyObject* GetWriteBufferSize();
+  PyObject* GetWriteBufferLimits();
+
+  // --- set up before the first wake (one thread) ---
+  PyObject* const loop_;
+  PyObject* const sock_;
+  const int fd_;
+  PyObject* transport_ = nullptr;  // Strong from the first wake until lost.
+  PyObject* extra_ = nullptr;      // dict; written once before publication.
+  PyObject* waiter_ = nullptr;     // Resolved after connection_made.
+  runtime::io::ScheduledIo* io_ = nullptr;
+  runtime::scheduler::Strand* strand_ = nullptr;  // Borrowed: the executor.
+
+  // --- any thread, under mu_ ---
+  PyMutex mu_{};
+  PyObject* protocol_ = nullptr;
+  std::size_t high_water_ = kDefaultHighWater;
+  std::size_t low_water_ = kDefaultHighWater / 4;
+  bool closing_ = false;
+  bool want_paused_ = false;  // Buffer above the high-water mark.
+  int conn_lost_ = 0;
+  bool lost_pending_ = false;  // connection_lost is due.
+  PyObject* lost_exc_ = nullptr;
+
+  // --- the unit's own (on the strand) ---
+  bool made_ = false;
+  bool paused_delivered_ = false;
+  std::atomic<bool> lost_{false};
+
+ protected:
+  // Under mu_.
+  virtual bool BufferEmptyLocked() const = 0;
+  virtual std::size_t BufferSizeLocked() const = 0;
+  // Under mu_: empties the buffer; Python references it held go to
+  // `drop`, released by the caller after unlocking.
+  virtual void ClearBufferLocked(std::vector<PyObject*>& drop) = 0;
+};
+
+}  // namespace mt::pyext::transport
+
+#endif  // MT_PYEXT_SRC_CONNECTION_UNIT_H_
