@@ -68,6 +68,14 @@ def _remove_stale_unix_socket(path):
                      path, err)
 
 
+def _check_tls_timeouts(tls, handshake_timeout, shutdown_timeout):
+    """stdlib's rule: TLS timeouts are refused without TLS."""
+    if handshake_timeout is not None and not tls:
+        raise ValueError("ssl_handshake_timeout is only meaningful with ssl")
+    if shutdown_timeout is not None and not tls:
+        raise ValueError("ssl_shutdown_timeout is only meaningful with ssl")
+
+
 def _ssl_context(ssl, server_side):
     """stdlib's rule for ssl=True: a default context (clients only)."""
     if isinstance(ssl, _ssl.SSLContext):
@@ -236,12 +244,8 @@ class ConnectionMethods:
                 raise ValueError("You must set server_hostname "
                                  "when using ssl without a host")
             server_hostname = host
-        if ssl_handshake_timeout is not None and not ssl:
-            raise ValueError(
-                "ssl_handshake_timeout is only meaningful with ssl")
-        if ssl_shutdown_timeout is not None and not ssl:
-            raise ValueError(
-                "ssl_shutdown_timeout is only meaningful with ssl")
+        _check_tls_timeouts(bool(ssl), ssl_handshake_timeout,
+                            ssl_shutdown_timeout)
         if sock is not None:
             _check_ssl_socket(sock)
         if happy_eyeballs_delay is not None and interleave is None:
@@ -397,12 +401,8 @@ class ConnectionMethods:
         return a Server."""
         if isinstance(ssl, bool):
             raise TypeError("ssl argument must be an SSLContext or None")
-        if ssl_handshake_timeout is not None and ssl is None:
-            raise ValueError(
-                "ssl_handshake_timeout is only meaningful with ssl")
-        if ssl_shutdown_timeout is not None and ssl is None:
-            raise ValueError(
-                "ssl_shutdown_timeout is only meaningful with ssl")
+        _check_tls_timeouts(ssl is not None, ssl_handshake_timeout,
+                            ssl_shutdown_timeout)
         if sock is not None:
             _check_ssl_socket(sock)
 
@@ -502,12 +502,8 @@ class ConnectionMethods:
         else:
             if server_hostname is not None:
                 raise ValueError("server_hostname is only meaningful with ssl")
-            if ssl_handshake_timeout is not None:
-                raise ValueError(
-                    "ssl_handshake_timeout is only meaningful with ssl")
-            if ssl_shutdown_timeout is not None:
-                raise ValueError(
-                    "ssl_shutdown_timeout is only meaningful with ssl")
+            _check_tls_timeouts(False, ssl_handshake_timeout,
+                                ssl_shutdown_timeout)
         if path is not None:
             if sock is not None:
                 raise ValueError(
@@ -542,12 +538,8 @@ class ConnectionMethods:
         file it bound."""
         if isinstance(ssl, bool):
             raise TypeError("ssl argument must be an SSLContext or None")
-        if ssl_handshake_timeout is not None and not ssl:
-            raise ValueError(
-                "ssl_handshake_timeout is only meaningful with ssl")
-        if ssl_shutdown_timeout is not None and not ssl:
-            raise ValueError(
-                "ssl_shutdown_timeout is only meaningful with ssl")
+        _check_tls_timeouts(bool(ssl), ssl_handshake_timeout,
+                            ssl_shutdown_timeout)
         if path is not None:
             if sock is not None:
                 raise ValueError(
@@ -705,12 +697,8 @@ class ConnectionMethods:
         protocol."""
         if sock.type != socket.SOCK_STREAM:
             raise ValueError(f"A Stream Socket was expected, got {sock!r}")
-        if ssl_handshake_timeout is not None and not ssl:
-            raise ValueError(
-                "ssl_handshake_timeout is only meaningful with ssl")
-        if ssl_shutdown_timeout is not None and not ssl:
-            raise ValueError(
-                "ssl_shutdown_timeout is only meaningful with ssl")
+        _check_tls_timeouts(bool(ssl), ssl_handshake_timeout,
+                            ssl_shutdown_timeout)
         _check_ssl_socket(sock)
         return await self._create_connection_transport(
             sock, protocol_factory, ssl, "", server_side=True,

@@ -1,7 +1,10 @@
 #include "pyext/src/connection_unit.h"
 
+#include <cstddef>
 #include <utility>
+#include <vector>
 
+#include "pyext/src/loop.h"
 #include "pyext/src/py_ref.h"
 #include "pyext/src/transport_util.h"
 
@@ -19,6 +22,36 @@ ConnectionUnit::~ConnectionUnit() {
   DecRefAnyThread(protocol_);
   DecRefAnyThread(waiter_);
   DecRefAnyThread(lost_exc_);
+}
+
+bool ConnectionUnit::Poll() {
+  if (LoopDeferIfStopped(loop_, this)) return false;
+  if (LoopEnterOnWorker(loop_) < 0) PyErr_WriteUnraisable(loop_);
+  if (!made_) {
+    if (!MakeConnection()) {
+      ForceClose(nullptr);
+      DeliverLost();
+      return true;
+    }
+    made_ = true;
+    ResolveWaiter(&waiter_);
+  }
+  SyncPause();
+  Serve();
+  SyncPause();
+  if (LostPending()) {
+    DeliverLost();
+    return true;
+  }
+  return false;
+}
+
+void ConnectionUnit::OnCancel() {
+  if (lost_.load(std::memory_order_relaxed)) return;
+  DropOnAnyThread(loop_, [this](PyObject*) {
+    ForceClose(nullptr);
+    DeliverLost();
+  });
 }
 
 void ConnectionUnit::Close() {
@@ -152,6 +185,104 @@ PyObject* ConnectionUnit::GetWriteBufferLimits() {
   }
   return Py_BuildValue("(nn)", static_cast<Py_ssize_t>(low), static_cast<Py_ssize_t>(high));
 }
+
+int Unit_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (ConnectionUnit* u = UnitOf(self)) Py_VISIT(u->extra_);
+  return 0;
+}
+
+void Unit_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  auto* o = reinterpret_cast<UnitObject*>(self);
+  if (o->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
+  if (o->unit != nullptr) std::exchange(o->unit, nullptr)->Unref();
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+namespace {
+
+PyObject* Unit_close(PyObject* self, PyObject*) {
+  UnitOf(self)->Close();
+  Py_RETURN_NONE;
+}
+
+PyObject* Unit_abort(PyObject* self, PyObject*) {
+  UnitOf(self)->ForceClose(nullptr);
+  Py_RETURN_NONE;
+}
+
+// stdlib transports' private _force_close(exc), which sslproto calls on
+// its transport after a fatal TLS error.
+PyObject* Unit_force_close(PyObject* self, PyObject* exc) {
+  UnitOf(self)->ForceClose(exc == Py_None ? nullptr : Py_NewRef(exc));
+  Py_RETURN_NONE;
+}
+
+PyObject* Unit_is_closing(PyObject* self, PyObject*) { return UnitOf(self)->IsClosing(); }
+
+PyObject* Unit_get_extra_info(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  return GetExtraInfo(UnitOf(self)->extra_, args, nargs);
+}
+
+PyObject* Unit_get_protocol(PyObject* self, PyObject*) { return UnitOf(self)->GetProtocol(); }
+
+PyObject* Unit_get_write_buffer_size(PyObject* self, PyObject*) {
+  return UnitOf(self)->GetWriteBufferSize();
+}
+
+PyObject* Unit_get_write_buffer_limits(PyObject* self, PyObject*) {
+  return UnitOf(self)->GetWriteBufferLimits();
+}
+
+PyObject* Unit_set_write_buffer_limits(PyObject* self, PyObject* args, PyObject* kwds) {
+  std::size_t high, low;
+  if (ParseWriteBufferLimits(args, kwds, ConnectionUnit::kDefaultHighWater, &high, &low) <
+      0) {
+    return nullptr;
+  }
+  UnitOf(self)->SetWriteLimits(high, low);
+  Py_RETURN_NONE;
+}
+
+}  // namespace
+
+namespace {
+const PyMethodDef unit_methods[] = {
+    {"close", Unit_close, METH_NOARGS,
+     "Close after flushing; connection_lost(None) follows. Any thread."},
+    {"abort", Unit_abort, METH_NOARGS, "Close at once, dropping the buffer. Any thread."},
+    {"_force_close", Unit_force_close, METH_O,
+     "Close at once; connection_lost(exc) follows."},
+    {"is_closing", Unit_is_closing, METH_NOARGS, nullptr},
+    {"get_extra_info",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Unit_get_extra_info)),
+     METH_FASTCALL, nullptr},
+    {"get_protocol", Unit_get_protocol, METH_NOARGS, nullptr},
+    {"get_write_buffer_size", Unit_get_write_buffer_size, METH_NOARGS, nullptr},
+    {"get_write_buffer_limits", Unit_get_write_buffer_limits, METH_NOARGS, nullptr},
+    {"set_write_buffer_limits",
+     reinterpret_cast<PyCFunction>(
+         reinterpret_cast<void (*)()>(Unit_set_write_buffer_limits)),
+     METH_VARARGS | METH_KEYWORDS, nullptr},
+};
+}  // namespace
+
+PyMethodDef* WithUnitMethods(const PyMethodDef* own) {
+  auto* all = new std::vector<PyMethodDef>();  // Never freed: see header.
+  for (; own->ml_name != nullptr; ++own) all->push_back(*own);
+  for (const PyMethodDef& m : unit_methods) all->push_back(m);
+  all->push_back({nullptr, nullptr, 0, nullptr});
+  return all->data();
+}
+
+PyMemberDef unit_members[] = {
+    {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(UnitObject, weakreflist), Py_READONLY,
+     nullptr},
+    {nullptr, 0, 0, 0, nullptr},
+};
 
 bool ConnectionUnit::LostPending() {
   Locked lock(mu_);

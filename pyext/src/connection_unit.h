@@ -25,6 +25,16 @@ class ConnectionUnit : public runtime::task::Task {
   ConnectionUnit(PyObject* loop, PyObject* sock, int fd);
   ~ConnectionUnit() override;
 
+  // One run on the strand: makes the connection the first time
+  // (MakeConnection, then connection_made's waiter), serves what the
+  // reactor reported (Serve), delivers pause/resume around it, and ends
+  // with connection_lost once it is due.
+  bool Poll() final;
+  // The runtime stopped scheduling: release the fd and what we hold, with
+  // connection_lost if we still can (attached) and ever made the
+  // connection.
+  void OnCancel() final;
+
   // close(): connection_lost(None) once the buffer is flushed. Any thread.
   void Close();
   // abort() or a fatal error: the buffer is dropped and
@@ -80,6 +90,14 @@ class ConnectionUnit : public runtime::task::Task {
   std::atomic<bool> lost_{false};
 
  protected:
+  // Registers what is left to register and calls connection_made; false
+  // if the connection cannot be made (then it is closed, unmade).
+  virtual bool MakeConnection() = 0;
+  // Flushes and reads as the reactor allows.
+  virtual void Serve() = 0;
+  // Deregisters, closes the socket, calls connection_lost (if made) and
+  // drops what the unit holds. Once.
+  virtual void DeliverLost() = 0;
   // Under mu_.
   virtual bool BufferEmptyLocked() const = 0;
   virtual std::size_t BufferSizeLocked() const = 0;
@@ -87,6 +105,27 @@ class ConnectionUnit : public runtime::task::Task {
   // `drop`, released by the caller after unlocking.
   virtual void ClearBufferLocked(std::vector<PyObject*>& drop) = 0;
 };
+
+// The Python object of both transport types: a reference to its unit.
+struct UnitObject {
+  PyObject_HEAD
+  ConnectionUnit* unit;  // One reference; nullptr once deallocated.
+  PyObject* weakreflist;
+};
+
+inline ConnectionUnit* UnitOf(PyObject* self) {
+  return reinterpret_cast<UnitObject*>(self)->unit;
+}
+
+// The slots and methods both transport types share; each type's tables
+// list them beside its own.
+int Unit_traverse(PyObject* self, visitproc visit, void* arg);
+void Unit_dealloc(PyObject* self);
+extern PyMemberDef unit_members[];
+// A type's own methods (terminated) followed by the shared ones, in
+// storage that lives as long as the process (the type keeps pointing at
+// it).
+PyMethodDef* WithUnitMethods(const PyMethodDef* own);
 
 }  // namespace mt::pyext::transport
 

@@ -56,15 +56,6 @@ class Endpoint final : public ConnectionUnit {
     DecRefAnyThread(address_);
   }
 
-  bool Poll() override;
-  void OnCancel() override {
-    if (lost_.load(std::memory_order_relaxed)) return;
-    DropOnAnyThread(loop_, [this](PyObject*) {
-      ForceClose(nullptr);
-      DeliverLost();
-    });
-  }
-
   // Sends one datagram through the socket: 0, EAGAIN (nothing sent), or -1
   // with the Python error set.
   int SendNow(PyObject* data, PyObject* addr);
@@ -88,10 +79,19 @@ class Endpoint final : public ConnectionUnit {
     queued_bytes_ = 0;
   }
 
+  bool MakeConnection() override {
+    Deliver("connection_made", transport_);
+    return true;
+  }
+  void Serve() override {
+    Flush();
+    ReadSome();
+  }
+  void DeliverLost() override;
+
  private:
   void ReadSome();
   void Flush();
-  void DeliverLost();
   void Deliver(const char* method, PyObject* arg1, PyObject* arg2 = nullptr);
 };
 
@@ -128,24 +128,6 @@ void Endpoint::Deliver(const char* method, PyObject* arg1, PyObject* arg2) {
 }
 
 
-bool Endpoint::Poll() {
-  if (LoopDeferIfStopped(loop_, this)) return false;
-  if (LoopEnterOnWorker(loop_) < 0) PyErr_WriteUnraisable(loop_);
-  if (!made_) {
-    made_ = true;
-    Deliver("connection_made", transport_);
-    ResolveWaiter(&waiter_);
-  }
-  SyncPause();
-  Flush();
-  ReadSome();
-  SyncPause();
-  if (LostPending()) {
-    DeliverLost();
-    return true;
-  }
-  return false;
-}
 
 void Endpoint::Flush() {
   {
@@ -280,29 +262,7 @@ void Endpoint::DeliverLost() {
 
 // --- the Python type ---------------------------------------------------------------
 
-struct DatagramObject {
-  PyObject_HEAD
-  Endpoint* ep;  // One reference.
-  PyObject* weakreflist;
-};
-
-Endpoint* EndpointOf(PyObject* self) { return reinterpret_cast<DatagramObject*>(self)->ep; }
-
-int Datagram_traverse(PyObject* self, visitproc visit, void* arg) {
-  Py_VISIT(Py_TYPE(self));
-  if (Endpoint* e = EndpointOf(self)) Py_VISIT(e->extra_);
-  return 0;
-}
-
-void Datagram_dealloc(PyObject* self) {
-  PyObject_GC_UnTrack(self);
-  auto* d = reinterpret_cast<DatagramObject*>(self);
-  if (d->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
-  if (d->ep != nullptr) std::exchange(d->ep, nullptr)->Unref();
-  PyTypeObject* type = Py_TYPE(self);
-  type->tp_free(self);
-  Py_DECREF(type);
-}
+Endpoint* EndpointOf(PyObject* self) { return static_cast<Endpoint*>(UnitOf(self)); }
 
 PyObject* Datagram_sendto(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1 || nargs > 2) {
@@ -393,23 +353,9 @@ PyObject* Datagram_sendto(PyObject* self, PyObject* const* args, Py_ssize_t narg
   Py_RETURN_NONE;
 }
 
-PyObject* Datagram_close(PyObject* self, PyObject*) {
-  EndpointOf(self)->Close();
-  Py_RETURN_NONE;
-}
 
-PyObject* Datagram_abort(PyObject* self, PyObject*) {
-  EndpointOf(self)->ForceClose(nullptr);
-  Py_RETURN_NONE;
-}
 
-PyObject* Datagram_is_closing(PyObject* self, PyObject*) {
-  return EndpointOf(self)->IsClosing();
-}
 
-PyObject* Datagram_get_extra_info(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  return GetExtraInfo(EndpointOf(self)->extra_, args, nargs);
-}
 
 PyObject* Datagram_set_protocol(PyObject* self, PyObject* protocol) {
   Endpoint* e = EndpointOf(self);
@@ -422,26 +368,9 @@ PyObject* Datagram_set_protocol(PyObject* self, PyObject* protocol) {
   Py_RETURN_NONE;
 }
 
-PyObject* Datagram_get_protocol(PyObject* self, PyObject*) {
-  return EndpointOf(self)->GetProtocol();
-}
 
-PyObject* Datagram_get_write_buffer_size(PyObject* self, PyObject*) {
-  return EndpointOf(self)->GetWriteBufferSize();
-}
 
-PyObject* Datagram_get_write_buffer_limits(PyObject* self, PyObject*) {
-  return EndpointOf(self)->GetWriteBufferLimits();
-}
 
-PyObject* Datagram_set_write_buffer_limits(PyObject* self, PyObject* args, PyObject* kwds) {
-  std::size_t high, low;
-  if (ParseWriteBufferLimits(args, kwds, Endpoint::kDefaultHighWater, &high, &low) < 0) {
-    return nullptr;
-  }
-  EndpointOf(self)->SetWriteLimits(high, low);
-  Py_RETURN_NONE;
-}
 
 PyObject* Datagram_repr(PyObject* self) {
   Endpoint* e = EndpointOf(self);
@@ -460,28 +389,10 @@ PyMethodDef datagram_methods[] = {
     {"sendto",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Datagram_sendto)),
      METH_FASTCALL, "Send a datagram to addr (the peer if connected); any thread."},
-    {"close", Datagram_close, METH_NOARGS, nullptr},
-    {"abort", Datagram_abort, METH_NOARGS, nullptr},
-    {"is_closing", Datagram_is_closing, METH_NOARGS, nullptr},
-    {"get_extra_info",
-     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Datagram_get_extra_info)),
-     METH_FASTCALL, nullptr},
     {"set_protocol", Datagram_set_protocol, METH_O, nullptr},
-    {"get_protocol", Datagram_get_protocol, METH_NOARGS, nullptr},
-    {"get_write_buffer_size", Datagram_get_write_buffer_size, METH_NOARGS, nullptr},
-    {"get_write_buffer_limits", Datagram_get_write_buffer_limits, METH_NOARGS, nullptr},
-    {"set_write_buffer_limits",
-     reinterpret_cast<PyCFunction>(
-         reinterpret_cast<void (*)()>(Datagram_set_write_buffer_limits)),
-     METH_VARARGS | METH_KEYWORDS, nullptr},
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyMemberDef datagram_members[] = {
-    {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(DatagramObject, weakreflist), Py_READONLY,
-     nullptr},
-    {nullptr, 0, 0, 0, nullptr},
-};
 
 PyObject* Datagram_new_refused(PyTypeObject*, PyObject*, PyObject*) {
   PyErr_SetString(PyExc_TypeError,
@@ -490,18 +401,18 @@ PyObject* Datagram_new_refused(PyTypeObject*, PyObject*, PyObject*) {
 }
 
 PyType_Slot datagram_slots[] = {
-    {Py_tp_dealloc, reinterpret_cast<void*>(Datagram_dealloc)},
-    {Py_tp_traverse, reinterpret_cast<void*>(Datagram_traverse)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(Unit_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Unit_traverse)},
     {Py_tp_repr, reinterpret_cast<void*>(Datagram_repr)},
-    {Py_tp_methods, datagram_methods},
-    {Py_tp_members, datagram_members},
+    {Py_tp_methods, nullptr},  // WithUnitMethods(datagram_methods), at registration.
+    {Py_tp_members, unit_members},
     {Py_tp_new, reinterpret_cast<void*>(Datagram_new_refused)},
     {0, nullptr},
 };
 
 PyType_Spec datagram_spec = {
     "mt_asyncio._core.DatagramTransport",
-    sizeof(DatagramObject),
+    sizeof(UnitObject),
     0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     datagram_slots,
@@ -520,14 +431,14 @@ PyObject* MakeDatagramTransport(PyObject*, PyObject* const* args, Py_ssize_t nar
   if (fd < 0) return nullptr;
   PyObject* extra = MakeExtra(sock, nullptr);
   if (extra == nullptr) return nullptr;
-  auto* d = PyObject_GC_New(DatagramObject, datagram_type);
+  auto* d = PyObject_GC_New(UnitObject, datagram_type);
   if (d == nullptr) {
     Py_DECREF(extra);
     return nullptr;
   }
   d->weakreflist = nullptr;
   auto* e = new Endpoint(loop, sock, fd);
-  d->ep = e;
+  d->unit = e;
   PyObject* self = reinterpret_cast<PyObject*>(d);
   PyObject_GC_Track(d);
   e->extra_ = extra;
@@ -570,6 +481,9 @@ PyMethodDef module_methods[] = {
 
 int RegisterDatagramType(PyObject* module) {
   if (transport::Init() < 0) return -1;
+  for (PyType_Slot& slot : datagram_slots) {
+    if (slot.slot == Py_tp_methods) slot.pfunc = WithUnitMethods(datagram_methods);
+  }
   datagram_type = reinterpret_cast<PyTypeObject*>(
       PyType_FromModuleAndSpec(module, &datagram_spec, nullptr));
   if (datagram_type == nullptr ||

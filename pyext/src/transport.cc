@@ -113,9 +113,6 @@ class Conn final : public ConnectionUnit {
     DecRefAnyThread(writable_waiter_);
   }
 
-  bool Poll() override;
-  void OnCancel() override;
-
   // --- set up before the first wake (one thread) ---
   PyObject* factory_ = nullptr;  // Accepted connections: protocol factory.
   PyObject* server_ = nullptr;
@@ -132,7 +129,6 @@ class Conn final : public ConnectionUnit {
   PyObject* writable_waiter_ = nullptr;
 
   // --- the unit's own (on the strand) ---
-  bool started_ = false;
   bool attached_ = false;  // server_._attach() was called.
   bool eof_seen_ = false;
 
@@ -145,12 +141,19 @@ class Conn final : public ConnectionUnit {
   std::size_t BufferSizeLocked() const override { return wbuf_.size(); }
   void ClearBufferLocked(std::vector<PyObject*>&) override { wbuf_.Clear(); }
 
+  bool MakeConnection() override;
+  void Serve() override {
+    FlushIfWritable();
+    ServeWritableWaiter();
+    ReadOnce();
+  }
+  void DeliverLost() override;
+
  private:
   bool Start();
   void ReadOnce();
   void FlushIfWritable();
   void ServeWritableWaiter();
-  void DeliverLost();
 };
 
 // Sends as much of the buffer as the socket takes.
@@ -207,48 +210,18 @@ bool Conn::Start() {
   return true;
 }
 
-bool Conn::Poll() {
-  if (LoopDeferIfStopped(loop_, this)) return false;
-  if (LoopEnterOnWorker(loop_) < 0) PyErr_WriteUnraisable(loop_);
-  if (!started_) {
-    started_ = true;
-    if (!Start()) {
-      ForceClose(nullptr);
-      DeliverLost();
-      return true;
-    }
-    PyObject* protocol = Protocol();
-    PyObject* res = CallMethod(protocol, "connection_made", transport_);
-    if (res == nullptr) {
-      LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
-    }
-    Py_XDECREF(res);
-    Py_DECREF(protocol);
-    made_ = true;
-    ResolveWaiter(&waiter_);
+bool Conn::MakeConnection() {
+  if (!Start()) return false;
+  PyObject* protocol = Protocol();
+  PyObject* res = CallMethod(protocol, "connection_made", transport_);
+  if (res == nullptr) {
+    LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
   }
-  SyncPause();
-  FlushIfWritable();
-  ServeWritableWaiter();
-  ReadOnce();
-  SyncPause();
-  if (LostPending()) {
-    DeliverLost();
-    return true;
-  }
-  return false;
+  Py_XDECREF(res);
+  Py_DECREF(protocol);
+  return true;
 }
 
-void Conn::OnCancel() {
-  // The runtime stopped scheduling: release the fd and what we hold, with
-  // connection_lost if we still can (attached) and ever made the
-  // connection.
-  if (lost_.load(std::memory_order_relaxed)) return;
-  DropOnAnyThread(loop_, [this](PyObject*) {
-    ForceClose(nullptr);
-    DeliverLost();
-  });
-}
 
 void Conn::FlushIfWritable() {
   {
@@ -492,32 +465,7 @@ void Conn::DeliverLost() {
 
 // --- SocketTransport ---------------------------------------------------------------
 
-struct TransportObject {
-  PyObject_HEAD
-  Conn* conn;  // One reference.
-  PyObject* weakreflist;
-};
-
-Conn* ConnOf(PyObject* self) { return reinterpret_cast<TransportObject*>(self)->conn; }
-
-int Transport_traverse(PyObject* self, visitproc visit, void* arg) {
-  Py_VISIT(Py_TYPE(self));
-  Conn* c = ConnOf(self);
-  if (c != nullptr) {
-    Py_VISIT(c->extra_);
-  }
-  return 0;
-}
-
-void Transport_dealloc(PyObject* self) {
-  PyObject_GC_UnTrack(self);
-  auto* t = reinterpret_cast<TransportObject*>(self);
-  if (t->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
-  if (t->conn != nullptr) std::exchange(t->conn, nullptr)->Unref();
-  PyTypeObject* type = Py_TYPE(self);
-  type->tp_free(self);
-  Py_DECREF(type);
-}
+Conn* ConnOf(PyObject* self) { return static_cast<Conn*>(UnitOf(self)); }
 
 // Views a bytes-like object as stdlib's transports accept it.
 int GetData(PyObject* data, Py_buffer* view) {
@@ -674,26 +622,9 @@ PyObject* Transport_write_eof(PyObject* self, PyObject*) {
 
 PyObject* Transport_can_write_eof(PyObject*, PyObject*) { Py_RETURN_TRUE; }
 
-PyObject* Transport_close(PyObject* self, PyObject*) {
-  ConnOf(self)->Close();
-  Py_RETURN_NONE;
-}
 
-PyObject* Transport_abort(PyObject* self, PyObject*) {
-  ConnOf(self)->ForceClose(nullptr);
-  Py_RETURN_NONE;
-}
 
-// stdlib transports' private _force_close(exc), which sslproto calls on
-// its transport after a fatal TLS error.
-PyObject* Transport_force_close(PyObject* self, PyObject* exc) {
-  ConnOf(self)->ForceClose(exc == Py_None ? nullptr : Py_NewRef(exc));
-  Py_RETURN_NONE;
-}
 
-PyObject* Transport_is_closing(PyObject* self, PyObject*) {
-  return ConnOf(self)->IsClosing();
-}
 
 PyObject* Transport_is_reading(PyObject* self, PyObject*) {
   Conn* c = ConnOf(self);
@@ -719,9 +650,6 @@ PyObject* Transport_resume_reading(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyObject* Transport_get_extra_info(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  return GetExtraInfo(ConnOf(self)->extra_, args, nargs);
-}
 
 PyObject* Transport_set_protocol(PyObject* self, PyObject* protocol) {
   const int buffered = PyObject_IsInstance(protocol, buffered_protocol_type);
@@ -737,26 +665,9 @@ PyObject* Transport_set_protocol(PyObject* self, PyObject* protocol) {
   Py_RETURN_NONE;
 }
 
-PyObject* Transport_get_protocol(PyObject* self, PyObject*) {
-  return ConnOf(self)->GetProtocol();
-}
 
-PyObject* Transport_get_write_buffer_size(PyObject* self, PyObject*) {
-  return ConnOf(self)->GetWriteBufferSize();
-}
 
-PyObject* Transport_get_write_buffer_limits(PyObject* self, PyObject*) {
-  return ConnOf(self)->GetWriteBufferLimits();
-}
 
-PyObject* Transport_set_write_buffer_limits(PyObject* self, PyObject* args, PyObject* kwds) {
-  std::size_t high, low;
-  if (ParseWriteBufferLimits(args, kwds, Conn::kDefaultHighWater, &high, &low) < 0) {
-    return nullptr;
-  }
-  ConnOf(self)->SetWriteLimits(high, low);
-  Py_RETURN_NONE;
-}
 
 // _call_serialized(callback, *args): callback(*args) now if the caller runs
 // on this connection's strand (returning its result), else soon on the
@@ -875,26 +786,10 @@ PyMethodDef transport_methods[] = {
     {"write_eof", Transport_write_eof, METH_NOARGS,
      "Close the write end after the buffer is flushed."},
     {"can_write_eof", Transport_can_write_eof, METH_NOARGS, "True."},
-    {"close", Transport_close, METH_NOARGS,
-     "Close after flushing; connection_lost(None) follows."},
-    {"abort", Transport_abort, METH_NOARGS, "Close at once, dropping the buffer."},
-    {"_force_close", Transport_force_close, METH_O,
-     "Close at once; connection_lost(exc) follows."},
-    {"is_closing", Transport_is_closing, METH_NOARGS, nullptr},
     {"is_reading", Transport_is_reading, METH_NOARGS, nullptr},
     {"pause_reading", Transport_pause_reading, METH_NOARGS, nullptr},
     {"resume_reading", Transport_resume_reading, METH_NOARGS, nullptr},
-    {"get_extra_info",
-     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_get_extra_info)),
-     METH_FASTCALL, nullptr},
     {"set_protocol", Transport_set_protocol, METH_O, nullptr},
-    {"get_protocol", Transport_get_protocol, METH_NOARGS, nullptr},
-    {"get_write_buffer_size", Transport_get_write_buffer_size, METH_NOARGS, nullptr},
-    {"get_write_buffer_limits", Transport_get_write_buffer_limits, METH_NOARGS, nullptr},
-    {"set_write_buffer_limits",
-     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-         Transport_set_write_buffer_limits)),
-     METH_VARARGS | METH_KEYWORDS, nullptr},
     {"_sendfile_begin", Transport_sendfile_begin, METH_NOARGS, nullptr},
     {"_sendfile_end", Transport_sendfile_end, METH_NOARGS, nullptr},
     {"_wait_writable", Transport_wait_writable, METH_NOARGS, nullptr},
@@ -904,11 +799,6 @@ PyMethodDef transport_methods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyMemberDef transport_members[] = {
-    {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(TransportObject, weakreflist), Py_READONLY,
-     nullptr},
-    {nullptr, 0, 0, 0, nullptr},
-};
 
 PyObject* Transport_new_refused(PyTypeObject*, PyObject*, PyObject*) {
   PyErr_SetString(PyExc_TypeError,
@@ -918,11 +808,11 @@ PyObject* Transport_new_refused(PyTypeObject*, PyObject*, PyObject*) {
 }
 
 PyType_Slot transport_slots[] = {
-    {Py_tp_dealloc, reinterpret_cast<void*>(Transport_dealloc)},
-    {Py_tp_traverse, reinterpret_cast<void*>(Transport_traverse)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(Unit_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Unit_traverse)},
     {Py_tp_repr, reinterpret_cast<void*>(Transport_repr)},
-    {Py_tp_methods, transport_methods},
-    {Py_tp_members, transport_members},
+    {Py_tp_methods, nullptr},  // WithUnitMethods(transport_methods), at registration.
+    {Py_tp_members, unit_members},
     {Py_tp_getset, transport_getset},
     {Py_tp_new, reinterpret_cast<void*>(Transport_new_refused)},
     {Py_tp_doc, const_cast<char*>(
@@ -934,7 +824,7 @@ PyType_Slot transport_slots[] = {
 
 PyType_Spec transport_spec = {
     "mt_asyncio._core.SocketTransport",
-    sizeof(TransportObject),
+    sizeof(UnitObject),
     0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     transport_slots,
@@ -945,13 +835,14 @@ PyType_Spec transport_spec = {
 PyObject* NewTransport(PyObject* loop, PyObject* sock, Conn** out) {
   const int fd = SocketFd(sock);
   if (fd < 0) return nullptr;
-  auto* t = PyObject_GC_New(TransportObject, transport_type);
+  auto* t = PyObject_GC_New(UnitObject, transport_type);
   if (t == nullptr) return nullptr;
   t->weakreflist = nullptr;
-  t->conn = new Conn(loop, sock, fd);
-  t->conn->transport_ = Py_NewRef(reinterpret_cast<PyObject*>(t));
+  auto* conn = new Conn(loop, sock, fd);
+  t->unit = conn;
+  conn->transport_ = Py_NewRef(reinterpret_cast<PyObject*>(t));
   PyObject_GC_Track(t);
-  *out = t->conn;
+  *out = conn;
   return reinterpret_cast<PyObject*>(t);
 }
 
@@ -1259,6 +1150,9 @@ PyMethodDef module_methods[] = {
 
 int RegisterTransportTypes(PyObject* module) {
   if (Init() < 0) return -1;
+  for (PyType_Slot& slot : transport_slots) {
+    if (slot.slot == Py_tp_methods) slot.pfunc = WithUnitMethods(transport_methods);
+  }
   transport_type = reinterpret_cast<PyTypeObject*>(
       PyType_FromModuleAndSpec(module, &transport_spec, nullptr));
   listener_type = reinterpret_cast<PyTypeObject*>(
