@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "pyext/src/fd_watch.h"
 #include "pyext/src/loop.h"
 #include "pyext/src/py_ref.h"
 #include "pyext/src/transport_util.h"
@@ -52,6 +53,45 @@ void ConnectionUnit::OnCancel() {
     ForceClose(nullptr);
     DeliverLost();
   });
+}
+
+void ConnectionUnit::DeliverLost() {
+  if (lost_.exchange(true)) return;
+  PyObject* exc;
+  PyObject* protocol;
+  std::vector<PyObject*> drop;
+  {
+    Locked lock(mu_);
+    exc = std::exchange(lost_exc_, nullptr);
+    protocol = std::exchange(protocol_, nullptr);
+    ClearBufferLocked(drop);
+  }
+  for (PyObject* o : drop) Py_XDECREF(o);
+  if (io_ != nullptr) FdTableUnregisterTransport(loop_, fd_);
+  // Closed before connection_lost (stdlib closes it just after): whoever
+  // connection_lost wakes on another worker finds the descriptor gone
+  // already, as a one-thread loop's caller would.
+  PyObject* res = CallMethod(sock_, "close");
+  if (res == nullptr) PyErr_WriteUnraisable(sock_);
+  Py_XDECREF(res);
+  if (made_ && protocol != nullptr) {
+    res = CallMethod(protocol, "connection_lost", exc != nullptr ? exc : Py_None);
+    if (res == nullptr) {
+      LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
+    }
+    Py_XDECREF(res);
+  }
+  if (waiter_ != nullptr) {
+    // Never made: the waiter of create_connection learns why.
+    PyObject* r = PyObject_CallMethod(waiter_, "cancel", nullptr);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    Py_CLEAR(waiter_);
+  }
+  AfterLost();
+  Py_XDECREF(exc);
+  Py_XDECREF(protocol);
+  Py_CLEAR(transport_);  // The connection's hold on its Python object.
 }
 
 void ConnectionUnit::Close() {

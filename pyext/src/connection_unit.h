@@ -95,9 +95,12 @@ class ConnectionUnit : public runtime::task::Task {
   virtual bool MakeConnection() = 0;
   // Flushes and reads as the reactor allows.
   virtual void Serve() = 0;
-  // Deregisters, closes the socket, calls connection_lost (if made) and
-  // drops what the unit holds. Once.
-  virtual void DeliverLost() = 0;
+  // Deregisters, drops the buffer, closes the socket, calls
+  // connection_lost (if made), then AfterLost(), and lets go of the Python
+  // object. Once.
+  void DeliverLost();
+  // What a type releases after connection_lost (default: nothing).
+  virtual void AfterLost() {}
   // Under mu_.
   virtual bool BufferEmptyLocked() const = 0;
   virtual std::size_t BufferSizeLocked() const = 0;

@@ -87,7 +87,6 @@ class Endpoint final : public ConnectionUnit {
     Flush();
     ReadSome();
   }
-  void DeliverLost() override;
 
  private:
   void ReadSome();
@@ -228,37 +227,6 @@ void Endpoint::ReadSome() {
   Wake(rt_task::ScheduleKind::kYield);  // More may wait; others go first.
 }
 
-void Endpoint::DeliverLost() {
-  if (lost_.exchange(true)) return;
-  PyObject* exc;
-  PyObject* protocol;
-  std::deque<std::pair<PyObject*, PyObject*>> dropped;
-  {
-    Locked lock(mu_);
-    exc = std::exchange(lost_exc_, nullptr);
-    protocol = std::exchange(protocol_, nullptr);
-    dropped.swap(queue_);
-    queued_bytes_ = 0;
-  }
-  for (auto& [data, addr] : dropped) {
-    Py_DECREF(data);
-    Py_XDECREF(addr);
-  }
-  if (io_ != nullptr) FdTableUnregisterTransport(loop_, fd_);
-  PyObject* res = CallMethod(sock_, "close");
-  if (res == nullptr) PyErr_WriteUnraisable(sock_);
-  Py_XDECREF(res);
-  if (made_ && protocol != nullptr) {
-    res = CallMethod(protocol, "connection_lost", exc != nullptr ? exc : Py_None);
-    if (res == nullptr) {
-      LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
-    }
-    Py_XDECREF(res);
-  }
-  Py_XDECREF(exc);
-  Py_XDECREF(protocol);
-  Py_CLEAR(transport_);
-}
 
 // --- the Python type ---------------------------------------------------------------
 

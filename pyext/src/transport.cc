@@ -147,7 +147,7 @@ class Conn final : public ConnectionUnit {
     ServeWritableWaiter();
     ReadOnce();
   }
-  void DeliverLost() override;
+  void AfterLost() override;
 
  private:
   bool Start();
@@ -408,41 +408,11 @@ void Conn::ReadOnce() {
   }
 }
 
-void Conn::DeliverLost() {
-  if (lost_.exchange(true)) return;
-  PyObject* exc;
-  PyObject* protocol;
-  {
-    Locked lock(mu_);
-    exc = std::exchange(lost_exc_, nullptr);
-    protocol = std::exchange(protocol_, nullptr);
-    wbuf_.Clear();
-  }
-  if (io_ != nullptr) FdTableUnregisterTransport(loop_, fd_);
-  // Closed before connection_lost (stdlib closes it just after): whoever
-  // connection_lost wakes on another worker finds the descriptor gone
-  // already, as a one-thread loop's caller would.
-  PyObject* res = CallMethod(sock_, "close");
-  if (res == nullptr) PyErr_WriteUnraisable(sock_);
-  Py_XDECREF(res);
-  if (made_ && protocol != nullptr) {
-    res = CallMethod(protocol, "connection_lost", exc != nullptr ? exc : Py_None);
-    if (res == nullptr) {
-      LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
-    }
-    Py_XDECREF(res);
-  }
+void Conn::AfterLost() {
   if (attached_) {
     PyObject* r = CallMethod(server_, "_detach", transport_);
     if (r == nullptr) PyErr_WriteUnraisable(server_);
     Py_XDECREF(r);
-  }
-  if (waiter_ != nullptr) {
-    // Never made: the waiter of create_connection learns why.
-    PyObject* r = PyObject_CallMethod(waiter_, "cancel", nullptr);
-    Py_XDECREF(r);
-    PyErr_Clear();
-    Py_CLEAR(waiter_);
   }
   PyObject* writable;
   {
@@ -456,11 +426,8 @@ void Conn::DeliverLost() {
     ResolveWaiter(&writable, closed);
     Py_XDECREF(closed);
   }
-  Py_XDECREF(exc);
-  Py_XDECREF(protocol);
   Py_CLEAR(server_);
   Py_CLEAR(factory_);
-  Py_CLEAR(transport_);  // The connection's hold on its Python object.
 }
 
 // --- SocketTransport ---------------------------------------------------------------
