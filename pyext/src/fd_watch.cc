@@ -31,6 +31,7 @@ class FdWatcher final : public rt_task::Task {
       : Task(/*scheduled=*/false),
         loop_(Py_NewRef(loop)),
         io_(io),
+        generation_(io->generation()),
         dir_(dir),
         handle_(Py_NewRef(handle)) {}
   ~FdWatcher() override {
@@ -52,7 +53,11 @@ class FdWatcher final : public rt_task::Task {
   bool StillReady() const;
 
   PyObject* const loop_;
-  io::ScheduledIo* const io_;  // Valid while the watcher is in the table.
+  // The record is recycled once the watcher leaves the table (possibly for
+  // the next fd with the same number, made while this unit is still
+  // finishing a run on another worker): every wait checks the generation.
+  io::ScheduledIo* const io_;
+  const std::uint32_t generation_;
   const io::Direction dir_;
   PyObject* const handle_;
   std::atomic<bool> removed_{false};
@@ -62,7 +67,7 @@ bool FdWatcher::Poll() {
   if (removed_.load(std::memory_order_acquire)) return true;
   if (LoopDeferIfStopped(loop_, this)) return false;
   io::IoDriver& driver = LoopRuntime(loop_).driver().io();
-  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, dir_, this);
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, dir_, this, generation_);
   if (!ready) return false;  // Armed: the reactor wakes us.
   if (LoopEnterOnWorker(loop_) < 0) {
     PyErr_WriteUnraisable(loop_);
@@ -79,11 +84,12 @@ bool FdWatcher::Poll() {
   // Drained: forget what we saw, unless a newer event arrived meanwhile,
   // and arm; a readiness that slipped in between is caught by PollReady.
   driver.ClearReadiness(io_, dir_, *ready);
-  if (driver.PollReady(io_, dir_, this)) Wake(rt_task::ScheduleKind::kYield);
+  if (driver.PollReady(io_, dir_, this, generation_)) Wake(rt_task::ScheduleKind::kYield);
   return false;
 }
 
 bool FdWatcher::StillReady() const {
+  if (io_->generation() != generation_) return false;
   pollfd p{};
   p.fd = io_->fd();
   if (p.fd < 0) return false;

@@ -210,18 +210,22 @@ absl::Status IoDriver::Deregister(ScheduledIo* io) {
 }
 
 std::optional<ReadyEvent> IoDriver::PollReady(ScheduledIo* io, Direction dir,
-                                              task::Task* waiter) {
+                                              task::Task* waiter,
+                                              std::optional<std::uint32_t> generation) {
   const std::uint32_t want = BitFor(dir) | kReadClosed * (dir == Direction::kRead) |
                              kWriteClosed | kError;
+  const auto stale = [&] { return generation && io->generation() != *generation; };
   std::uint64_t word = io->readiness_.load(std::memory_order_acquire);
-  if (static_cast<std::uint32_t>(word) & want) {
+  if ((static_cast<std::uint32_t>(word) & want) && !stale()) {
     return ReadyEvent{static_cast<std::uint32_t>(word),
                       static_cast<std::uint32_t>(word >> 32)};
   }
   task::Task* previous;
   {
     std::lock_guard<std::mutex> lock(io->mu_);
-    // Re-check under the lock: Dispatch sets bits before taking it.
+    // Deregister bumps the generation under this lock.
+    if (stale()) return std::nullopt;
+    // Re-check under the lock: Dispatch sets bits under it too.
     word = io->readiness_.load(std::memory_order_acquire);
     if (static_cast<std::uint32_t>(word) & want) {
       return ReadyEvent{static_cast<std::uint32_t>(word),
@@ -306,22 +310,23 @@ void IoDriver::Dispatch(ScheduledIo* io, std::uint32_t generation,
   if (events & (EPOLLRDHUP | EPOLLHUP)) bits |= kReadClosed | kReadable;
   if (events & EPOLLHUP) bits |= kWriteClosed | kWritable;
   if (events & EPOLLERR) bits |= kError | kReadable | kWritable;
-  std::uint64_t word = io->readiness_.load(std::memory_order_acquire);
-  for (;;) {
-    const std::uint64_t next =
-        (std::uint64_t{tick} << 32) | (static_cast<std::uint32_t>(word) | bits);
-    if (io->readiness_.compare_exchange_weak(word, next,
-                                             std::memory_order_acq_rel,
-                                             std::memory_order_acquire)) {
-      break;
-    }
-  }
   task::Task* wake_once[2] = {nullptr, nullptr};
   task::Task* callbacks[2] = {nullptr, nullptr};
   {
     std::lock_guard<std::mutex> lock(io->mu_);
-    // Deregistered (and maybe reused) since the batch was fetched.
+    // Deregistered (and maybe reused for another fd) since the batch was
+    // fetched: the bits are not the new fd's to see.
     if (io->generation() != generation) return;
+    std::uint64_t word = io->readiness_.load(std::memory_order_acquire);
+    for (;;) {
+      const std::uint64_t next =
+          (std::uint64_t{tick} << 32) | (static_cast<std::uint32_t>(word) | bits);
+      if (io->readiness_.compare_exchange_weak(word, next,
+                                               std::memory_order_acq_rel,
+                                               std::memory_order_acquire)) {
+        break;
+      }
+    }
     for (int d = 0; d < 2; ++d) {
       if (!(bits & (d == 0 ? kReadable : kWritable))) continue;
       wake_once[d] = std::exchange(io->waiters_[d], nullptr);

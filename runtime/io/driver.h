@@ -46,8 +46,16 @@ class IoDriver {
   // If `dir` is ready, returns the readiness seen. Otherwise arms `waiter`
   // (taking a reference, replacing an earlier waiter) and returns nullopt;
   // the next readiness event for `dir` wakes it once.
-  std::optional<ReadyEvent> PollReady(ScheduledIo* io, Direction dir,
-                                      task::Task* waiter);
+  //
+  // A consumer that can be deregistered by another thread (an add_reader
+  // unit removed by remove_reader) passes the `generation` it registered
+  // under: once the record was deregistered (and perhaps reused for a new
+  // fd), nothing is armed and nullopt is returned, so a stale consumer can
+  // neither see the new fd's readiness nor displace its waiter. Whoever
+  // deregistered it wakes it (by cancelling it) instead.
+  std::optional<ReadyEvent> PollReady(
+      ScheduledIo* io, Direction dir, task::Task* waiter,
+      std::optional<std::uint32_t> generation = std::nullopt);
   // After EAGAIN: clears `event`'s bits for `dir` unless a newer event has
   // arrived since `event` was read.
   void ClearReadiness(ScheduledIo* io, Direction dir, ReadyEvent event);

@@ -97,6 +97,39 @@ TEST(IoDriverTest, WaiterIsWokenOnceWhenReadable) {
   EXPECT_EQ(destroyed.load(), 1);
 }
 
+TEST(IoDriverTest, StaleConsumerNeitherSeesNorDisplacesTheRecordsNextFd) {
+  // A consumer removed by another thread may still be finishing a run when
+  // its record is reused for the next fd: its PollReady must not report
+  // the new fd's readiness or take the new consumer's place as waiter.
+  auto driver = NewDriver();
+  QueueExecutor ex;
+  std::atomic<int> polls{0}, stale_destroyed{0}, fresh_destroyed{0};
+  SocketPair a;
+  ScheduledIo* io = *driver->Register(a.fds[0]);
+  const std::uint32_t old_generation = io->generation();
+  ASSERT_TRUE(driver->Deregister(io).ok());
+  SocketPair b;
+  ScheduledIo* reused = *driver->Register(b.fds[0]);
+  ASSERT_EQ(reused, io);
+  driver->Turn(0);  // The new fd's writable edge.
+  auto* stale = new CountingTask(&polls, &stale_destroyed, 0);
+  auto* fresh = new CountingTask(&polls, &fresh_destroyed, 0);
+  stale->set_executor(&ex);
+  fresh->set_executor(&ex);
+  EXPECT_EQ(driver->PollReady(io, Direction::kWrite, stale, old_generation), std::nullopt);
+  EXPECT_EQ(driver->PollReady(io, Direction::kRead, fresh, io->generation()), std::nullopt);
+  EXPECT_EQ(driver->PollReady(io, Direction::kRead, stale, old_generation), std::nullopt);
+  ASSERT_EQ(write(b.fds[1], "x", 1), 1);
+  driver->Turn(1000);
+  ASSERT_EQ(ex.size(), 1u);  // The fresh waiter, woken once; never the stale one.
+  ex.RunAll();
+  stale->Unref();
+  EXPECT_EQ(stale_destroyed.load(), 1);  // Never armed: no reference taken.
+  ASSERT_TRUE(driver->Deregister(reused).ok());
+  fresh->Unref();
+  EXPECT_EQ(fresh_destroyed.load(), 1);
+}
+
 TEST(IoDriverTest, ClearReadinessKeepsNewerEvent) {
   auto driver = NewDriver();
   SocketPair sp;

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
+import watchdog  # noqa: E402
 import scenarios_combinators  # noqa: E402,F401 - registers scenarios.
 import scenarios_core  # noqa: E402,F401
 import scenarios_eager  # noqa: E402,F401
@@ -35,6 +36,9 @@ NET_MODULES = {"scenarios_net_datagram", "scenarios_net_protocols",
                "scenarios_net_sockets", "scenarios_net_streams",
                "scenarios_net_tls"}
 ROUNDS = int(os.environ.get("MT_PARITY_ROUNDS", "1"))
+# One run takes well under a second; a run this long is hung (see
+# watchdog.py), and is reported as such at once.
+RUN_DEADLINE_S = 120
 NAMES = sorted(harness.SCENARIOS)
 
 
@@ -51,7 +55,9 @@ def test_parity(name, threads):
     network = fn.__module__ in NET_MODULES
     for _ in range(ROUNDS):
         before = _open_fds() if network else None
-        assert harness.run_mt(fn, threads) == expected
+        with watchdog.Deadline(RUN_DEADLINE_S, f"{name} @{threads}"):
+            observed = harness.run_mt(fn, threads)
+        assert observed == expected
         if network:
             # Every socket a scenario opened is closed by the time run()
             # returns (closing is done in connection_lost, on a worker:
