@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "runtime/metrics/cycle_clock.h"
+
 namespace mt::runtime {
 
 using admin::RuntimeState;
@@ -52,7 +54,7 @@ Runtime::Runtime(Config config, scheduler::WorkerHooks hooks)
       driver_(CreateDriverOrNull()),
       scheduler_(SchedulerOptionsFor(config_), std::move(hooks),
                  &shared_driver_),
-      blocking_(BlockingOptionsFor(config_)),
+      blocking_(std::make_shared<blocking::BlockingPool>(BlockingOptionsFor(config_))),
       stall_handler_(DefaultStallHandler) {
   shared_driver_.driver = driver_.get();
   shared_driver_.workers_drive = config_.reactor == ReactorMode::kWorkers;
@@ -73,6 +75,7 @@ Runtime::~Runtime() {
 }
 
 absl::Status Runtime::Start() {
+  metrics::CycleClock::Anchor();  // Task ages and step times count from here.
   if (driver_ == nullptr) {
     return absl::InternalError("could not create the epoll reactor");
   }
@@ -177,7 +180,7 @@ bool Runtime::WaitForQuiescence(Clock::time_point deadline) {
   // their hot path; shutdown is rare and this thread has nothing else to do.
   while (true) {
     if (scheduler_.tasks_in_flight() == 0 && scheduler_.IsQuiescent() &&
-        blocking_.IsIdle()) {
+        blocking_->IsIdle()) {
       return true;
     }
     if (Clock::now() >= deadline) return false;
@@ -222,7 +225,17 @@ void Runtime::RunShutdown(std::chrono::milliseconds grace) {
     reactor_thread_.join();
   }
   scheduler_.Join();
-  blocking_.Shutdown();
+  // Blocking jobs had the grace (and the unwind) to finish: one still
+  // running (a to_thread call that never returns) must not hold the
+  // process, so it is abandoned and reported.
+  const std::size_t abandoned =
+      blocking_->Shutdown(Clock::now() + std::chrono::milliseconds(100));
+  if (abandoned > 0) {
+    std::fprintf(stderr,
+                 "mt_asyncio: shutdown abandoned %zu blocking job(s) still running "
+                 "after the grace period\n",
+                 abandoned);
+  }
   if (driver_ != nullptr) driver_->Shutdown();
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
@@ -351,8 +364,39 @@ absl::Status Runtime::ResizeWorkers(std::size_t workers) {
 }
 
 absl::Status Runtime::SetBlockingThreadsMax(std::size_t max_threads) {
-  return blocking_.SetMaxThreads(max_threads);
+  return blocking_->SetMaxThreads(max_threads);
 }
+
+absl::Status Runtime::SetBlockingIdleTtl(std::chrono::milliseconds idle_ttl) {
+  return blocking_->SetIdleTtl(idle_ttl);
+}
+
+namespace {
+
+admin::WorkerState WorkerStateOf(const metrics::WorkerMetrics& m, bool active,
+                                 bool retiring, bool driving_reactor) {
+  using admin::WorkerState;
+  if (!active) return WorkerState::kExited;
+  if (retiring) return WorkerState::kRetiring;
+  if (m.current_task_id.load(std::memory_order_acquire) != 0) {
+    return WorkerState::kRunning;
+  }
+  switch (m.phase.load(std::memory_order_relaxed)) {
+    case metrics::WorkerPhase::kStarting:
+      return WorkerState::kStarting;
+    case metrics::WorkerPhase::kActive:
+      return WorkerState::kIdle;
+    case metrics::WorkerPhase::kSearching:
+      return WorkerState::kSearching;
+    case metrics::WorkerPhase::kParked:
+      return driving_reactor ? WorkerState::kDrivingReactor : WorkerState::kParked;
+    case metrics::WorkerPhase::kExited:
+      return WorkerState::kExited;
+  }
+  return WorkerState::kIdle;
+}
+
+}  // namespace
 
 admin::RuntimeSnapshot Runtime::Snapshot() const {
   admin::RuntimeSnapshot snap;
@@ -361,6 +405,7 @@ admin::RuntimeSnapshot Runtime::Snapshot() const {
   snap.worker_threads = scheduler_.target_workers();
   if (snap.worker_threads == 0) snap.worker_threads = ResolveWorkerThreads(config_);
   snap.live_workers = scheduler_.live_workers();
+  snap.max_workers = scheduler_.max_workers();
   snap.searching_workers = scheduler_.num_searching();
   snap.parked_workers = scheduler_.num_parked();
   snap.injector_depth = scheduler_.injector_depth();
@@ -381,7 +426,7 @@ admin::RuntimeSnapshot Runtime::Snapshot() const {
                                               started))
                               .count();
   }
-  snap.blocking = blocking_.Stats();
+  snap.blocking = blocking_->Stats();
   const std::int64_t threshold_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(
           config_.stall_threshold)
@@ -403,6 +448,9 @@ admin::RuntimeSnapshot Runtime::Snapshot() const {
     w.reactor_polls = m->reactor_polls.load(std::memory_order_relaxed);
     w.overflows = m->overflows.load(std::memory_order_relaxed);
     w.local_queue_depth = scheduler_.LocalQueueDepth(i);
+    w.os_thread_id = m->os_thread_id.load(std::memory_order_relaxed);
+    w.state = WorkerStateOf(*m, w.active, scheduler_.SlotRetiring(i),
+                            scheduler_.SlotDrivesReactor(i));
     w.lifo_occupied = m->lifo_occupied.load(std::memory_order_relaxed);
     w.current_task_id = m->current_task_id.load(std::memory_order_acquire);
     const std::int64_t since = m->current_since_ns.load(std::memory_order_acquire);

@@ -45,7 +45,7 @@ class Runtime final : public admin::AdminApi {
   absl::Status Spawn(task::Task* task);
   task::Executor* executor() { return &scheduler_; }
   Driver& driver() { return *driver_; }
-  blocking::BlockingPool& blocking_pool() { return blocking_; }
+  blocking::BlockingPool& blocking_pool() { return *blocking_; }
 
   // Coordinated shutdown hooks, run in order on the thread running the
   // shutdown: drain hooks when it begins (stop accepting), cancel hooks
@@ -78,6 +78,7 @@ class Runtime final : public admin::AdminApi {
   admin::RuntimeSnapshot Snapshot() const override;
   absl::Status ResizeWorkers(std::size_t workers) override;
   absl::Status SetBlockingThreadsMax(std::size_t max_threads) override;
+  absl::Status SetBlockingIdleTtl(std::chrono::milliseconds idle_ttl) override;
   absl::Status BeginShutdown(std::chrono::milliseconds grace) override;
 
  private:
@@ -101,7 +102,8 @@ class Runtime final : public admin::AdminApi {
   std::unique_ptr<Driver> driver_;
   scheduler::SharedDriver shared_driver_;
   scheduler::Scheduler scheduler_;
-  blocking::BlockingPool blocking_;
+  // Shared so jobs a shutdown abandons can keep it alive (see Shutdown).
+  std::shared_ptr<blocking::BlockingPool> blocking_;
   std::atomic<admin::RuntimeState> state_{admin::RuntimeState::kCreated};
   std::atomic<std::chrono::steady_clock::rep> started_at_{0};
 

@@ -137,6 +137,35 @@ TEST(RuntimeTest, GraceExpiryCancelsWhatIsLeft) {
   EXPECT_EQ(rt->Snapshot().timers_pending, 0u);
 }
 
+TEST(RuntimeTest, ShutdownAbandonsABlockingJobThatNeverReturns) {
+  auto rt = std::make_unique<Runtime>(TestConfig(2));
+  ASSERT_TRUE(rt->Start().ok());
+  Notification started, release;
+  std::atomic<bool> returned{false};
+  ASSERT_TRUE(rt->blocking_pool()
+                  .Spawn([&] {
+                    started.Notify();
+                    release.WaitFor(milliseconds(60'000));
+                    returned.store(true);
+                  })
+                  .ok());
+  ASSERT_TRUE(started.WaitFor(milliseconds(5000)));
+  const auto begin = std::chrono::steady_clock::now();
+  rt->Shutdown(milliseconds(100));
+  const auto took = std::chrono::steady_clock::now() - begin;
+  // Grace, the cancel phase's unwind (at most the grace) and 100 ms.
+  EXPECT_LT(took, milliseconds(100 + 100 + 100 + 1000));
+  EXPECT_EQ(rt->state(), RuntimeState::kStopped);
+  EXPECT_EQ(rt->Snapshot().blocking.abandoned, 1u);
+  EXPECT_FALSE(returned.load());
+  // The runtime goes away; the abandoned job then returns and its thread
+  // still finds the pool it runs on (ASan checks the pool outlived it).
+  rt.reset();
+  release.Notify();
+  EXPECT_TRUE(Eventually([&] { return returned.load(); }));
+  std::this_thread::sleep_for(milliseconds(50));  // Let the thread leave.
+}
+
 TEST(RuntimeTest, ShutdownIsIdempotentFromManyThreads) {
   Runtime rt(TestConfig(2));
   ASSERT_TRUE(rt.Start().ok());

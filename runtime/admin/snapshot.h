@@ -23,9 +23,25 @@ enum class RuntimeState {
 
 std::string_view RuntimeStateName(RuntimeState state);
 
+// What one worker is doing at the moment of the snapshot.
+enum class WorkerState {
+  kStarting,
+  kRunning,         // Inside a unit (current_task_id says which).
+  kIdle,            // In its loop between units.
+  kSearching,       // Stealing from other workers.
+  kParked,          // Asleep on its condition variable.
+  kDrivingReactor,  // Asleep in epoll, dispatching I/O and timers.
+  kRetiring,        // Resized away; handing its queue over.
+  kExited,
+};
+
+std::string_view WorkerStateName(WorkerState state);
+
 struct WorkerSnapshot {
   std::size_t index = 0;
   bool active = false;  // False for a slot whose worker has retired.
+  WorkerState state = WorkerState::kStarting;
+  std::int32_t os_thread_id = 0;
   std::uint64_t units_run = 0;
   std::uint64_t parks = 0;
   std::uint64_t busy_ns = 0;
@@ -50,6 +66,7 @@ struct RuntimeSnapshot {
   Config config;
   std::size_t worker_threads = 0;  // Target size of the worker pool.
   std::size_t live_workers = 0;
+  std::size_t max_workers = 0;  // The most ResizeWorkers accepts.
   std::size_t searching_workers = 0;
   std::size_t parked_workers = 0;
   std::size_t injector_depth = 0;

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,7 +26,8 @@ bool BlockingPool::Handle::Cancel() {
 }
 
 BlockingPool::BlockingPool(BlockingPoolOptions options)
-    : options_(std::move(options)), max_threads_(options_.max_threads) {}
+    : options_(std::move(options)), max_threads_(options_.max_threads),
+      idle_ttl_(options_.idle_ttl) {}
 
 BlockingPool::~BlockingPool() { Shutdown(); }
 
@@ -85,6 +87,18 @@ absl::Status BlockingPool::SetMaxThreads(std::size_t max_threads) {
   return absl::OkStatus();
 }
 
+absl::Status BlockingPool::SetIdleTtl(std::chrono::milliseconds idle_ttl) {
+  if (idle_ttl.count() <= 0) {
+    return absl::InvalidArgumentError("idle_ttl must be positive");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return absl::FailedPreconditionError("blocking pool is shut down");
+  idle_ttl_ = idle_ttl;
+  ++ttl_changes_;
+  work_cv_.notify_all();  // Idle threads recompute their deadlines.
+  return absl::OkStatus();
+}
+
 void BlockingPool::SpawnThreadLocked() {
   const std::uint64_t id = next_thread_id_++;
   ++live_threads_;
@@ -125,11 +139,20 @@ void BlockingPool::ThreadMain(std::uint64_t id) {
     }
     if (shutdown_ || live_threads_ > max_threads_) break;
     ++idle_threads_;
-    const bool woke = work_cv_.wait_for(lock, options_.idle_ttl, [this] {
-      return shutdown_ || !queue_.empty() || live_threads_ > max_threads_;
-    });
+    // Idle for a whole TTL: retire. The TTL may change while we wait
+    // (SetIdleTtl): then the deadline is recomputed from the same start.
+    const auto idle_since = std::chrono::steady_clock::now();
+    bool woke = false;
+    while (true) {
+      const std::uint64_t ttl_seen = ttl_changes_;
+      woke = work_cv_.wait_until(lock, idle_since + idle_ttl_, [&] {
+        return shutdown_ || !queue_.empty() || live_threads_ > max_threads_ ||
+               ttl_changes_ != ttl_seen;
+      });
+      if (ttl_changes_ == ttl_seen) break;
+    }
     --idle_threads_;
-    if (!woke) break;  // Idle for a whole TTL: retire.
+    if (!woke) break;
   }
   --live_threads_;
   exited_.push_back(id);
@@ -139,9 +162,17 @@ void BlockingPool::ThreadMain(std::uint64_t id) {
       !shutdown_) {
     SpawnThreadLocked();
   }
+  // The last abandoned thread to come back releases the pool a shutdown
+  // kept alive for it; `last` may destroy the pool as this returns, and
+  // nothing touches it after that.
+  std::shared_ptr<BlockingPool> last;
+  if (shutdown_ && live_threads_ == 0) last = std::move(keep_alive_);
+  lock.unlock();
 }
 
-void BlockingPool::Shutdown() {
+void BlockingPool::Shutdown() { (void)Shutdown(std::chrono::steady_clock::time_point::max()); }
+
+std::size_t BlockingPool::Shutdown(std::chrono::steady_clock::time_point abandon_after) {
   std::vector<std::shared_ptr<Job>> cancelled;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -160,17 +191,41 @@ void BlockingPool::Shutdown() {
     job->run = nullptr;
     if (job->on_cancel) std::move(job->on_cancel)();
   }
+  std::shared_ptr<BlockingPool> self = weak_from_this().lock();
+  if (self == nullptr) abandon_after = std::chrono::steady_clock::time_point::max();
   std::vector<std::thread> to_join;
+  std::size_t abandoned = 0;
+  bool detached = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    exit_cv_.wait(lock, [this] { return live_threads_ == 0; });
-    for (auto& [id, t] : threads_) to_join.push_back(std::move(t));
-    threads_.clear();
+    const auto all_exited = [this] { return live_threads_ == 0; };
+    if (abandon_after == std::chrono::steady_clock::time_point::max()) {
+      exit_cv_.wait(lock, all_exited);
+    } else {
+      exit_cv_.wait_until(lock, abandon_after, all_exited);
+    }
+    // Threads that exited are joined; the others run jobs we give up on.
+    std::vector<std::uint64_t> exited(exited_.begin(), exited_.end());
     exited_.clear();
+    for (auto& [id, t] : threads_) {
+      if (std::find(exited.begin(), exited.end(), id) != exited.end()) {
+        to_join.push_back(std::move(t));
+      } else {
+        t.detach();  // Running a job (or about to exit: harmless).
+        detached = true;
+      }
+    }
+    threads_.clear();
+    if (detached) {
+      abandoned = running_;
+      abandoned_ += abandoned;
+      keep_alive_ = std::move(self);  // Until the last of them returns.
+    }
   }
   for (std::thread& t : to_join) {
     if (t.joinable()) t.join();
   }
+  return abandoned;
 }
 
 BlockingPoolStats BlockingPool::Stats() const {
@@ -181,8 +236,10 @@ BlockingPoolStats BlockingPool::Stats() const {
       .running = running_,
       .queued = queue_.size(),
       .max_threads = max_threads_,
+      .idle_ttl = idle_ttl_,
       .completed = completed_,
       .cancelled = cancelled_,
+      .abandoned = abandoned_,
   };
 }
 

@@ -30,7 +30,7 @@ struct BlockingPoolOptions {
 // Spawned on demand up to max_threads, retired after idle_ttl, FIFO queue.
 // Work not yet started can be cancelled; lowering max_threads never
 // interrupts running work (surplus threads exit as they finish).
-class BlockingPool {
+class BlockingPool : public std::enable_shared_from_this<BlockingPool> {
  public:
   class Job;
   // Refers to one submitted job; Cancel works until a thread picks it up.
@@ -62,10 +62,20 @@ class BlockingPool {
 
   // Live change of the thread cap. 0 is refused.
   absl::Status SetMaxThreads(std::size_t max_threads);
+  // Live change of how long an idle thread waits before it retires
+  // (threads already idle count from when they became idle). Positive.
+  absl::Status SetIdleTtl(std::chrono::milliseconds idle_ttl);
 
   // Cancels queued jobs, waits for running ones, joins every thread.
   // Idempotent; not from a pool thread.
   void Shutdown();
+  // The same, but jobs still running at `abandon_after` are abandoned:
+  // their threads are detached (and the pool kept alive until the last
+  // of them exits), so a
+  // job that never returns cannot hold a shutdown forever. Abandoning
+  // needs the pool to be owned by a shared_ptr; otherwise this waits like
+  // Shutdown(). Returns how many jobs were abandoned.
+  std::size_t Shutdown(std::chrono::steady_clock::time_point abandon_after);
 
   BlockingPoolStats Stats() const;
   // True when nothing is queued or running.
@@ -86,11 +96,17 @@ class BlockingPool {
   std::vector<std::uint64_t> exited_;           // Guarded by mu_.
   std::uint64_t next_thread_id_ = 0;            // Guarded by mu_.
   std::size_t max_threads_;                     // Guarded by mu_.
+  std::chrono::milliseconds idle_ttl_;          // Guarded by mu_.
+  std::uint64_t ttl_changes_ = 0;               // Guarded by mu_.
   std::size_t live_threads_ = 0;                // Guarded by mu_.
   std::size_t idle_threads_ = 0;                // Guarded by mu_.
   std::size_t running_ = 0;                     // Guarded by mu_.
   std::uint64_t completed_ = 0;                 // Guarded by mu_.
   std::uint64_t cancelled_ = 0;                 // Guarded by mu_.
+  std::size_t abandoned_ = 0;                   // Guarded by mu_.
+  // Set once jobs were abandoned: their threads still use the pool; the
+  // last one to exit drops it.
+  std::shared_ptr<BlockingPool> keep_alive_;    // Guarded by mu_.
   bool shutdown_ = false;                       // Guarded by mu_.
 };
 

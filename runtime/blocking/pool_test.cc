@@ -114,6 +114,17 @@ TEST(BlockingPoolTest, IdleThreadsRetireAfterTtl) {
   EXPECT_TRUE(done.WaitFor(milliseconds(5000)));
 }
 
+TEST(BlockingPoolTest, LoweringTheIdleTtlRetiresThreadsAlreadyIdle) {
+  BlockingPool pool({.max_threads = 2, .idle_ttl = milliseconds(600'000)});
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(pool.Spawn([] {}).ok());
+  ASSERT_TRUE(Eventually([&] { return pool.Stats().completed == 2; }));
+  EXPECT_GE(pool.Stats().threads, 1u);  // Idle, with ten minutes to go.
+  ASSERT_TRUE(pool.SetIdleTtl(milliseconds(20)).ok());
+  EXPECT_EQ(pool.Stats().idle_ttl, milliseconds(20));
+  EXPECT_TRUE(Eventually([&] { return pool.Stats().threads == 0; }));
+  EXPECT_EQ(pool.SetIdleTtl(milliseconds(0)).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(BlockingPoolTest, ShrinkingNeverInterruptsRunningWork) {
   BlockingPool pool({.max_threads = 4, .idle_ttl = milliseconds(10'000)});
   Gate gate;

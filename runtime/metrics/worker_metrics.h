@@ -6,6 +6,16 @@
 
 namespace mt::runtime::metrics {
 
+// What a worker is doing between units, written only at transitions
+// (never per unit). "Running a unit" is current_task_id != 0 on top of it.
+enum class WorkerPhase : std::uint8_t {
+  kStarting,   // Thread made, not in its loop yet.
+  kActive,     // In its loop: running units or looking at its queues.
+  kSearching,  // Out of local work, stealing from others.
+  kParked,     // Asleep (possibly driving the reactor: see the parker).
+  kExited,     // Retired or stopped.
+};
+
 // What one worker publishes. Counters are written with relaxed atomics
 // (almost all by the worker itself; "stolen_from" by the thieves) and read
 // by anyone without a lock, so the admin API never stalls a worker. Aligned
@@ -28,6 +38,8 @@ struct alignas(64) WorkerMetrics {
   // running now only while units_run still equals it.
   std::atomic<std::uint64_t> since_units_run{0};
   std::atomic<bool> lifo_occupied{false};
+  std::atomic<WorkerPhase> phase{WorkerPhase::kStarting};
+  std::atomic<std::int32_t> os_thread_id{0};  // Linux tid; 0 before start.
 };
 
 // Adds to a counter only its owner thread writes: a plain load and store

@@ -11,10 +11,12 @@ bool Parker::Park(std::optional<std::chrono::nanoseconds> timeout) {
   if (shared_->workers_drive && shared_->driver != nullptr &&
       shared_->lock.try_lock()) {
     state_ = State::kParkedDriver;
+    driving_.store(true, std::memory_order_relaxed);
     lock.unlock();
     // An Unpark from here on writes the eventfd, so epoll_wait returns
     // even if it comes before we are inside it.
     shared_->driver->Park(timeout);
+    driving_.store(false, std::memory_order_relaxed);
     shared_->lock.unlock();
     lock.lock();
     state_ = State::kEmpty;

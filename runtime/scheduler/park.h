@@ -1,6 +1,7 @@
 #ifndef MT_RUNTIME_SCHEDULER_PARK_H_
 #define MT_RUNTIME_SCHEDULER_PARK_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -33,6 +34,9 @@ class Parker {
   // Polls the reactor without sleeping if nobody else is driving it. Used
   // by busy workers so I/O and timers progress when nobody parks.
   bool PollDriver();
+  // Whether this parker's thread is asleep in the reactor right now
+  // (a racy read for the admin view).
+  bool driving() const { return driving_.load(std::memory_order_relaxed); }
 
  private:
   enum class State { kEmpty, kParkedCondvar, kParkedDriver, kNotified };
@@ -41,6 +45,7 @@ class Parker {
   std::mutex mu_;
   std::condition_variable cv_;
   State state_ = State::kEmpty;  // Guarded by mu_.
+  std::atomic<bool> driving_{false};  // Mirrors kParkedDriver for readers.
 };
 
 }  // namespace mt::runtime::scheduler

@@ -1,6 +1,7 @@
 #include "runtime/scheduler/scheduler.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -11,6 +12,10 @@
 
 namespace mt::runtime::scheduler {
 namespace {
+
+void SetPhase(metrics::WorkerMetrics& m, metrics::WorkerPhase phase) {
+  m.phase.store(phase, std::memory_order_relaxed);
+}
 
 std::int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -350,6 +355,19 @@ bool Scheduler::SlotActive(std::size_t index) const {
   return s == SlotStatus::kRunning || s == SlotStatus::kRetiring;
 }
 
+bool Scheduler::SlotRetiring(std::size_t index) const {
+  if (index >= options_.max_workers) return false;
+  const WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
+  return slot != nullptr &&
+         slot->status.load(std::memory_order_acquire) == SlotStatus::kRetiring;
+}
+
+bool Scheduler::SlotDrivesReactor(std::size_t index) const {
+  if (index >= options_.max_workers) return false;
+  const WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
+  return slot != nullptr && slot->parker.driving();
+}
+
 const metrics::WorkerMetrics* Scheduler::WorkerMetrics(std::size_t index) const {
   if (index >= options_.max_workers) return nullptr;
   const WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
@@ -410,8 +428,12 @@ void Scheduler::WorkerMain(std::size_t index) {
                          .c_str());
   Worker worker(this, index, slot);
   current_worker = &worker;
+  slot->metrics.os_thread_id.store(static_cast<std::int32_t>(gettid()),
+                                   std::memory_order_relaxed);
   RunHook(hooks_.on_start, index);
+  SetPhase(slot->metrics, metrics::WorkerPhase::kActive);
   worker.Run();
+  SetPhase(slot->metrics, metrics::WorkerPhase::kExited);
   RunHook(hooks_.on_stop, index);
   current_worker = nullptr;
   live_workers_.fetch_sub(1, std::memory_order_acq_rel);
@@ -488,6 +510,7 @@ task::Task* Scheduler::Worker::StealWork() {
   if (!searching) {
     if (!scheduler->idle_.TransitionWorkerToSearching()) return nullptr;
     searching = true;
+    SetPhase(slot->metrics, metrics::WorkerPhase::kSearching);
   }
   const std::size_t n = scheduler->slot_count();
   const std::size_t start = n == 0 ? 0 : NextRandom() % n;
@@ -510,6 +533,7 @@ task::Task* Scheduler::Worker::StealWork() {
 void Scheduler::Worker::LeaveSearching() {
   if (!searching) return;
   searching = false;
+  SetPhase(slot->metrics, metrics::WorkerPhase::kActive);
   // The last searcher found work: if more is queued anywhere (pushed while
   // producers saw us searching and so woke nobody), someone else must come
   // and look. If every queue is empty, waking a sleeper would only put a
@@ -593,6 +617,7 @@ void Scheduler::Worker::Park() {
   }
   metrics::OwnerAdd(slot->metrics.parks, 1);
   RunHook(scheduler->hooks_.before_park, index);
+  SetPhase(slot->metrics, metrics::WorkerPhase::kParked);
   parked = true;
   while (true) {
     if (ShouldExit()) {
@@ -617,6 +642,8 @@ void Scheduler::Worker::Park() {
     }
   }
   parked = false;
+  SetPhase(slot->metrics, searching ? metrics::WorkerPhase::kSearching
+                                    : metrics::WorkerPhase::kActive);
   RunHook(scheduler->hooks_.after_unpark, index);
   busy_since = NowNs();
 }

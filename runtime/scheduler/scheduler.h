@@ -97,6 +97,7 @@ class Scheduler final : public task::Executor {
     return live_workers_.load(std::memory_order_acquire);
   }
   // Number of worker slots ever used (indices are < this).
+  std::size_t max_workers() const { return options_.max_workers; }
   std::size_t slot_count() const {
     return slot_high_water_.load(std::memory_order_acquire);
   }
@@ -107,6 +108,10 @@ class Scheduler final : public task::Executor {
   // estimates there.
   metrics::WorkerMetrics* MutableWorkerMetrics(std::size_t index);
   std::uint32_t LocalQueueDepth(std::size_t index) const;
+  // Whether the slot's worker is retiring (resize down), and whether it
+  // is asleep in the reactor right now. Racy reads for the admin view.
+  bool SlotRetiring(std::size_t index) const;
+  bool SlotDrivesReactor(std::size_t index) const;
   std::size_t injector_depth() const { return injector_.Len(); }
   std::size_t tasks_in_flight() const;
   std::size_t num_searching() const { return idle_.num_searching(); }

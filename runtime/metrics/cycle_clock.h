@@ -1,0 +1,67 @@
+#ifndef MT_RUNTIME_METRICS_CYCLE_CLOCK_H_
+#define MT_RUNTIME_METRICS_CYCLE_CLOCK_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+namespace mt::runtime::metrics {
+
+// A clock cheap enough to read around every task step: the CPU's time-
+// stamp counter where there is one (a few nanoseconds, against tens for
+// steady_clock::now()), converted to nanoseconds only when someone asks,
+// with a rate measured against steady_clock over the time since the first
+// reading. Elsewhere it is steady_clock in nanoseconds. For durations and
+// ages shown to operators, not for anything that must never be wrong.
+class CycleClock {
+ public:
+  static std::uint64_t Now() {
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::steady_clock::now().time_since_epoch())
+            .count());
+#endif
+  }
+
+  // Nanoseconds in `cycles` (a difference of two Now() readings).
+  static double ToNs(std::uint64_t cycles) { return cycles * NsPerCycle(); }
+
+  // Call once early (the runtime's start) so the rate is measured over a
+  // long span; later calls do nothing.
+  static void Anchor() { (void)Origin(); }
+
+ private:
+  struct Reading {
+    std::uint64_t cycles;
+    std::chrono::steady_clock::time_point time;
+  };
+  static const Reading& Origin() {
+    static const Reading origin{Now(), std::chrono::steady_clock::now()};
+    return origin;
+  }
+  static double NsPerCycle() {
+#if defined(__x86_64__)
+    const Reading& origin = Origin();
+    const std::uint64_t cycles = Now() - origin.cycles;
+    const double ns = std::chrono::duration<double, std::nano>(
+                          std::chrono::steady_clock::now() - origin.time)
+                          .count();
+    // Too short a span to measure: assume a 3 GHz counter until then.
+    if (cycles < 1'000'000 || ns <= 0) return 1.0 / 3.0;
+    return ns / static_cast<double>(cycles);
+#else
+    return 1.0;
+#endif
+  }
+};
+
+}  // namespace mt::runtime::metrics
+
+#endif  // MT_RUNTIME_METRICS_CYCLE_CLOCK_H_
