@@ -46,8 +46,8 @@ def run_asyncio_multiloop(factories, threads):
 
 
 def _units_run_per_worker():
-    from mt_asyncio import _core
-    return {w["index"]: w["units_run"] for w in _core.runtime_snapshot()["workers"]}
+    import mt_asyncio
+    return {w["index"]: w["units_run"] for w in mt_asyncio.runtime_info()["workers"]}
 
 
 def run_mt_asyncio(factories, threads):

@@ -19,6 +19,7 @@ import pkgutil as _pkgutil
 __path__ = _pkgutil.extend_path(__path__, __name__)
 
 from . import _core  # noqa: E402
+from . import _admin  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["build_info", "runtime", "runtime_info", "start_runtime",
@@ -77,14 +78,17 @@ def runtime(threads=None, *, context=False, blocking_threadpool_size=128,
     if blocking_threadpool_idle_ttl < 0:
         raise ValueError("blocking_threadpool_idle_ttl must be >= 0, got "
                          f"{blocking_threadpool_idle_ttl!r}")
-    info = _core.runtime_snapshot()
+    info = runtime_info()
     if info["state"] != "running":
         start_runtime(threads, blocking_threadpool_size=blocking_threadpool_size,
                       blocking_threadpool_idle_ttl=blocking_threadpool_idle_ttl)
     else:
-        if float(blocking_threadpool_idle_ttl) != float(info["blocking_threadpool_idle_ttl"]):
-            raise RuntimeError("blocking_threadpool_idle_ttl can only be chosen before "
-                               "the runtime starts")
+        ttl = float(blocking_threadpool_idle_ttl)
+        if ttl != info["config"]["blocking_idle_ttl_seconds"]:
+            if ttl == 0:
+                raise RuntimeError("blocking_threadpool_idle_ttl=0 can only be chosen "
+                                   "before the runtime starts")
+            _admin.call("SetBlockingPool", idle_ttl_seconds=ttl)
         if threads is not None:
             _configure_threads(threads)
         if blocking_threadpool_size != info["blocking"]["max_threads"]:
@@ -98,7 +102,7 @@ def _configure_threads(threads):
         raise TypeError(f"threads must be an int or None, not {type(threads).__name__}")
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
-    if _core.runtime_snapshot()["state"] == "running":
+    if runtime_info()["state"] == "running":
         _core.resize_workers(threads)
     else:
         start_runtime(threads)
@@ -110,10 +114,31 @@ def shutdown_runtime():
 
 
 def runtime_info():
-    """A dict snapshot of the runtime: state, configuration, per-worker counters."""
-    return _core.runtime_snapshot()
+    """A dict snapshot of the runtime: state, live configuration, the
+    blocking pool and per-worker counters and states.
+
+    The same document the control plane's GetInfo carries (the JSON form
+    of ``mt.control.v1.RuntimeInfo``), with enum values shortened for
+    Python: ``"running"`` rather than ``"RUNTIME_STATE_RUNNING"``.
+    """
+    return _admin.runtime_info()
 
 
 # Workers are attached to the interpreter: they must be gone before it
 # finalizes.
 _atexit.register(shutdown_runtime)
+
+
+def _start_control_from_env():
+    # MT_ASYNCIO_CONTROL=1 (or a path): the control plane without a code
+    # change. Closed at exit, before the runtime stops.
+    import os
+    if os.environ.get("MT_ASYNCIO_CONTROL", "") in ("", "0"):
+        return
+    from . import control
+    control._serve_from_env()
+    if control._from_env is not None:
+        _atexit.register(control._from_env.close)
+
+
+_start_control_from_env()

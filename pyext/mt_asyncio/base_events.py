@@ -20,7 +20,7 @@ import threading
 import weakref
 from asyncio import coroutines, events, futures
 
-from . import _core, tasks
+from . import _admin, _core, tasks
 from .connections import ConnectionMethods
 from .sendfile import SendfileMethods
 from .sockets import SocketMethods
@@ -59,7 +59,9 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         self._asyncgens_lock = threading.Lock()
         self._asyncgens_shutdown_called = False
         self._thread_id = None
+        self._native_thread_id = 0  # For the control plane's ListLoops.
         self.slow_callback_duration = 0.1
+        _admin.register_loop(self)
 
     def __repr__(self):
         return (f"<{self.__class__.__name__} running={self.is_running()} "
@@ -84,6 +86,7 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         self._check_running()
         old_hooks = sys.get_asyncgen_hooks()
         self._thread_id = threading.get_ident()
+        self._native_thread_id = threading.get_native_id()
         sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook,
                                finalizer=self._asyncgen_finalizer_hook)
         events._set_running_loop(self)
@@ -92,6 +95,7 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         finally:
             events._set_running_loop(None)
             self._thread_id = None
+            self._native_thread_id = 0
             sys.set_asyncgen_hooks(*old_hooks)
 
     def run_until_complete(self, future):

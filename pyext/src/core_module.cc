@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "pyext/src/admin_service.h"
 #include "pyext/src/awaited_by.h"
 #include "pyext/src/barrier.h"
 #include "pyext/src/condition.h"
@@ -57,56 +58,6 @@ py::dict BuildInfo() {
 #endif
   info["python_headers"] = PY_VERSION;
   return info;
-}
-
-py::dict SnapshotToDict(const runtime::admin::RuntimeSnapshot& snap) {
-  py::dict d;
-  d["state"] = std::string(runtime::admin::RuntimeStateName(snap.state));
-  d["worker_threads"] = snap.worker_threads;
-  d["live_workers"] = snap.live_workers;
-  d["injector_depth"] = snap.injector_depth;
-  d["searching_workers"] = snap.searching_workers;
-  d["parked_workers"] = snap.parked_workers;
-  d["tasks_in_flight"] = snap.tasks_in_flight;
-  d["timers_pending"] = snap.timers_pending;
-  d["fds_registered"] = snap.fds_registered;
-  d["stalls_detected"] = snap.stalls_detected;
-  d["reactor"] = std::string(runtime::ReactorModeName(snap.config.reactor));
-  d["uptime_seconds"] = snap.uptime_seconds;
-  py::dict blocking;
-  blocking["threads"] = snap.blocking.threads;
-  blocking["idle"] = snap.blocking.idle;
-  blocking["running"] = snap.blocking.running;
-  blocking["queued"] = snap.blocking.queued;
-  blocking["max_threads"] = snap.blocking.max_threads;
-  blocking["completed"] = snap.blocking.completed;
-  blocking["cancelled"] = snap.blocking.cancelled;
-  d["blocking"] = std::move(blocking);
-  d["blocking_threadpool_size"] = snap.config.blocking_threads_max;
-  d["blocking_threadpool_idle_ttl"] =
-      std::chrono::duration<double>(snap.config.blocking_idle_ttl).count();
-  py::list workers;
-  for (const auto& w : snap.workers) {
-    py::dict wd;
-    wd["index"] = w.index;
-    wd["units_run"] = w.units_run;
-    wd["parks"] = w.parks;
-    wd["busy_ns"] = w.busy_ns;
-    wd["active"] = w.active;
-    wd["steals"] = w.steals;
-    wd["stolen_units"] = w.stolen_units;
-    wd["stolen_from"] = w.stolen_from;
-    wd["reactor_polls"] = w.reactor_polls;
-    wd["overflows"] = w.overflows;
-    wd["local_queue_depth"] = w.local_queue_depth;
-    wd["lifo_occupied"] = w.lifo_occupied;
-    wd["current_task_id"] = w.current_task_id;
-    wd["current_task_running_ns"] = w.current_task_running_ns;
-    wd["stalled"] = w.stalled;
-    workers.append(std::move(wd));
-  }
-  d["workers"] = std::move(workers);
-  return d;
 }
 
 // An admin call's failure as the exception a Python caller expects: bad
@@ -164,13 +115,6 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       "Call fn() on a runtime worker. Exceptions go to sys.unraisablehook.");
 
   m.def(
-      "runtime_snapshot",
-      [] {
-        return mt::pyext::SnapshotToDict(RuntimeHolder::Instance().Snapshot());
-      },
-      "State, configuration and per-worker counters of the runtime.");
-
-  m.def(
       "resize_workers",
       [](std::size_t workers) {
         ThrowIfError(RuntimeHolder::Instance().ResizeWorkers(workers));
@@ -207,6 +151,26 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       "Set fn(grace_seconds), run when a coordinated shutdown begins.");
 
   m.def(
+      "_admin_call",
+      [](const std::string& method, const std::string& request) {
+        std::string body;
+        const int code = mt::pyext::AdminCall(method, request, &body);
+        return py::make_tuple(code, py::bytes(body));
+      },
+      py::arg("method"), py::arg("request") = "{}",
+      "One call through the admin boundary: (status code, JSON or message).");
+
+  m.def(
+      "_set_admin_handler",
+      [](py::object fn) {
+        if (!fn.is_none() && !PyCallable_Check(fn.ptr())) {
+          throw py::type_error("the admin handler must be callable or None");
+        }
+        mt::pyext::SetAdminHandler(fn.ptr());
+      },
+      py::arg("fn"), "Install fn(method, request_json) -> str for loop and task methods.");
+
+  m.def(
       "on_worker_thread",
       [] { return RuntimeHolder::Instance().IsWorkerThread(); },
       "True when called on one of the runtime's worker threads.");
@@ -227,8 +191,8 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
     throw py::error_already_set();
   }
 
-  // The control extension reaches the runtime only through this capsule.
-  m.attr("_admin_api") = py::capsule(
-      static_cast<mt::runtime::admin::AdminApi*>(&RuntimeHolder::Instance()),
-      mt::runtime::admin::kAdminApiCapsuleName);
+  // The control extension reaches the runtime only through this capsule:
+  // a versioned table of C functions (runtime/admin/admin_abi.h).
+  m.attr("_admin_abi") = py::capsule(const_cast<MtAdminAbi*>(mt::pyext::AdminAbi()),
+                                     kMtAdminAbiCapsuleName);
 }

@@ -65,6 +65,8 @@ struct LoopState {
   // Debug mode logs callbacks and steps that run at least this long
   // (slow_callback_duration; stdlib's default is 0.1 s).
   std::atomic<std::int64_t> slow_callback_ns{100'000'000};
+  // Steps and callbacks debug mode found slow (for the control plane).
+  std::atomic<std::uint64_t> slow_steps{0};
   std::atomic<bool> closed_flag{false};  // Mirrors `closed`, read lock-free.
   // Whether the loop object has a task factory: create_task reads this
   // instead of taking the loop's critical section (one lock every worker's
@@ -80,6 +82,7 @@ struct LoopState {
     TaskShard() { head.prev = head.next = &head; }
     ShardLock mu;
     TaskLink head;  // Circular list sentinel.
+    std::uint64_t registered = 0;  // Tasks ever registered; guarded by mu.
   };
   TaskShard task_shards[kTaskShards];
   // File descriptors registered for add_reader/add_writer and transports.
@@ -897,6 +900,19 @@ PyObject* Loop_deferred_count(PyObject* self, PyObject*) {
   return PyLong_FromSize_t(st->deferred.size());
 }
 
+// (tasks ever created on the loop, slow steps seen) for the control plane.
+PyObject* Loop_mt_counts(PyObject* self, PyObject*) {
+  LoopState* st = StateOf(self);
+  std::uint64_t created = 0;
+  for (auto& shard : st->task_shards) {
+    std::lock_guard<ShardLock> lock(shard.mu);
+    created += shard.registered;
+  }
+  return Py_BuildValue("(KK)", static_cast<unsigned long long>(created),
+                       static_cast<unsigned long long>(
+                           st->slow_steps.load(std::memory_order_relaxed)));
+}
+
 PyObject* Loop_new(PyTypeObject* type, PyObject*, PyObject*) {
   std::shared_ptr<runtime::Runtime> rt = RuntimeHolder::Instance().EnsureStarted();
   if (!rt) {
@@ -1127,6 +1143,8 @@ PyMethodDef loop_methods[] = {
      "The task factory, or None."},
     {"_all_tasks", Loop_all_tasks, METH_NOARGS,
      "The loop's tasks that have not completed (a set)."},
+    {"_mt_counts", Loop_mt_counts, METH_NOARGS,
+     "(tasks ever created, slow steps seen) for the control plane."},
     {"_deferred_count", Loop_deferred_count, METH_NOARGS,
      "Units waiting for the loop to run (tests, debugging)."},
     {nullptr, nullptr, 0, nullptr},
@@ -1243,6 +1261,7 @@ void LoopRegisterTask(PyObject* loop, PyObject* task, TaskLink* link) {
   auto& shard = StateOf(loop)->ShardFor(task);
   link->owner = task;
   std::lock_guard<ShardLock> lock(shard.mu);
+  ++shard.registered;
   link->prev = shard.head.prev;
   link->next = &shard.head;
   shard.head.prev->next = link;
@@ -1318,6 +1337,7 @@ void SlowCallbackCheck::Done(PyObject* what) {
           .count() -
       start_ns_;
   if (took < StateOf(loop_)->slow_callback_ns.load(std::memory_order_relaxed)) return;
+  StateOf(loop_)->slow_steps.fetch_add(1, std::memory_order_relaxed);
   // stdlib's words, through asyncio's logger, so log filters written for
   // stdlib catch ours.
   PyObject* saved = PyErr_GetRaisedException();

@@ -148,6 +148,12 @@ absl::Status RuntimeHolder::SetBlockingThreadsMax(std::size_t max_threads) {
   return rt->SetBlockingThreadsMax(max_threads);
 }
 
+absl::Status RuntimeHolder::SetBlockingIdleTtl(std::chrono::milliseconds idle_ttl) {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return absl::FailedPreconditionError("no runtime is running");
+  return rt->SetBlockingIdleTtl(idle_ttl);
+}
+
 absl::Status RuntimeHolder::BeginShutdown(std::chrono::milliseconds grace) {
   std::shared_ptr<runtime::Runtime> rt = current();
   if (!rt) return absl::FailedPreconditionError("no runtime is running");

@@ -41,6 +41,7 @@ class RuntimeHolder final : public runtime::admin::AdminApi {
   runtime::admin::RuntimeSnapshot Snapshot() const override;
   absl::Status ResizeWorkers(std::size_t workers) override;
   absl::Status SetBlockingThreadsMax(std::size_t max_threads) override;
+  absl::Status SetBlockingIdleTtl(std::chrono::milliseconds idle_ttl) override;
   absl::Status BeginShutdown(std::chrono::milliseconds grace) override;
 
   // What the Python layer runs when a coordinated shutdown begins (a drain

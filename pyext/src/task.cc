@@ -9,6 +9,7 @@
 #include "pyext/src/future.h"
 #include "pyext/src/loop.h"
 #include "pyext/src/py_ref.h"
+#include "runtime/metrics/cycle_clock.h"
 #include "runtime/task/task.h"
 
 namespace mt::pyext {
@@ -91,7 +92,8 @@ class TaskUnit final : public rt_task::Task {
       : Task(/*scheduled=*/false),
         loop_(loop),
         task_(finishes_here ? Py_NewRef(task) : NewSharedRef(task)),
-        shared_ref_(!finishes_here) {}
+        shared_ref_(!finishes_here),
+        created_cycles_(runtime::metrics::CycleClock::Now()) {}
   ~TaskUnit() override { DropTaskAnyThread(task_); }
 
 #ifdef Py_GIL_DISABLED
@@ -112,7 +114,9 @@ class TaskUnit final : public rt_task::Task {
       return false;
     }
     SlowCallbackCheck check(loop_);
+    const std::uint64_t start = runtime::metrics::CycleClock::Now();
     const bool done = StepTask(task_);
+    CountStep(runtime::metrics::CycleClock::Now() - start);
     check.Done(task_);
     if (!done) return false;
     PyObject* task = std::exchange(task_, nullptr);
@@ -140,9 +144,38 @@ class TaskUnit final : public rt_task::Task {
     DropOnAnyThread(task, [this](PyObject* t) { DropTask(t); });
   }
 
+ public:
+  // What the control plane shows of a task (_mt_stats). Written only by
+  // the worker stepping it (one at a time), read by anyone: relaxed
+  // atomics as plain loads and stores, no read-modify-write.
+  struct Stats {
+    std::uint64_t steps;
+    std::uint64_t busy_cycles;
+    std::uint64_t created_cycles;
+    int last_worker;
+  };
+  Stats stats() const {
+    return {steps_.load(std::memory_order_relaxed),
+            busy_cycles_.load(std::memory_order_relaxed), created_cycles_,
+            last_worker_.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  void CountStep(std::uint64_t cycles) {
+    steps_.store(steps_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + cycles,
+                       std::memory_order_relaxed);
+    last_worker_.store(LoopRuntime(loop_).scheduler().CurrentWorkerIndex(),
+                       std::memory_order_relaxed);
+  }
+
   PyObject* loop_;  // Borrowed; valid while task_ is held.
   PyObject* task_;
   const bool shared_ref_;  // How task_ was taken (NewSharedRef or Py_NewRef).
+  const std::uint64_t created_cycles_;
+  std::atomic<std::uint64_t> steps_{0};
+  std::atomic<std::uint64_t> busy_cycles_{0};
+  std::atomic<int> last_worker_{-1};
 };
 
 void WakeTask(PyObject* self) {
@@ -830,6 +863,30 @@ PyObject* Task_while_not_stepped(PyObject* self, PyObject* const* args, Py_ssize
   return result;
 }
 
+PyObject* Task_mt_stats(PyObject* self, PyObject*) {
+  TaskObject* t = AsTask(self);
+  if (t->unit == nullptr) Py_RETURN_NONE;
+  const std::uint64_t word = t->unit->state().Load();
+  const char* state = "waiting";
+  if (FutureIsDone(&t->base) || (word & rt_task::State::kComplete)) {
+    state = "done";
+  } else if (word & rt_task::State::kRunning) {
+    state = "running";
+  } else if (word & rt_task::State::kScheduled) {
+    state = "ready";
+  }
+  const TaskUnit::Stats s = t->unit->stats();
+  const std::uint64_t now = runtime::metrics::CycleClock::Now();
+  const double age_s =
+      now > s.created_cycles ? runtime::metrics::CycleClock::ToNs(now - s.created_cycles) / 1e9
+                             : 0.0;
+  return Py_BuildValue("(KsKKdi)", static_cast<unsigned long long>(t->unit->id()), state,
+                       static_cast<unsigned long long>(s.steps),
+                       static_cast<unsigned long long>(
+                           runtime::metrics::CycleClock::ToNs(s.busy_cycles)),
+                       age_s, s.last_worker);
+}
+
 PyMethodDef task_methods[] = {
     {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_cancel)),
      METH_VARARGS | METH_KEYWORDS, "Request that the task be cancelled."},
@@ -849,6 +906,9 @@ PyMethodDef task_methods[] = {
     {"set_result", Task_set_result, METH_O, nullptr},
     {"set_exception", Task_set_exception, METH_O, nullptr},
     {"_wakeup", Task_wakeup, METH_O, "Done callback for foreign futures."},
+    {"_mt_stats", Task_mt_stats, METH_NOARGS,
+     "(id, state, steps, busy_ns, age_seconds, last_worker) for the control "
+     "plane; state is 'running', 'ready', 'waiting' or 'done'."},
     {"_while_not_stepped",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_while_not_stepped)),
      METH_FASTCALL,

@@ -1,6 +1,7 @@
 """mt_asyncio._core and the package surface: import, GIL, runtime workers."""
 
 import asyncio as stdlib_asyncio
+import os
 import sys
 import sysconfig
 import threading
@@ -94,7 +95,7 @@ def test_snapshot_counts_units(runtime):
     mt_asyncio.shutdown_runtime()  # Drains what is queued, then joins.
     info = mt_asyncio.runtime_info()
     assert info["state"] == "stopped"
-    assert info["worker_threads"] == 2
+    assert info["config"]["worker_threads"] == 2
     assert info["live_workers"] == 0
     assert sum(w["units_run"] for w in info["workers"]) == n
 
@@ -102,19 +103,25 @@ def test_snapshot_counts_units(runtime):
 def test_snapshot_describes_scheduler_reactor_and_blocking_pool(runtime):
     info = mt_asyncio.runtime_info()
     assert info["state"] == "running"
-    assert info["reactor"] == "workers"
+    assert info["config"]["reactor_mode"] == "workers"
     assert set(info["blocking"]) == {
-        "threads", "idle", "running", "queued", "max_threads", "completed", "cancelled"}
+        "threads", "idle", "running", "queued", "max_threads", "idle_ttl_seconds",
+        "completed", "cancelled", "abandoned"}
     assert info["blocking"]["max_threads"] == 128
+    assert info["config"]["blocking_threads_max"] == 128
     assert info["timers_pending"] == 0
     assert info["fds_registered"] == 0
     assert info["tasks_in_flight"] >= 0
     worker = info["workers"][0]
     for key in ("steals", "stolen_from", "reactor_polls", "local_queue_depth",
                 "lifo_occupied", "current_task_id", "current_task_running_ns",
-                "stalled", "active"):
+                "stalled", "active", "state", "os_thread_id"):
         assert key in worker
     assert worker["active"]
+    assert worker["state"] in ("starting", "running", "idle", "searching", "parked",
+                               "driving_reactor")
+    # A Linux thread id of this process.
+    assert os.path.isdir(f"/proc/{os.getpid()}/task/{worker['os_thread_id']}")
 
 
 def test_exception_in_unit_goes_to_unraisablehook(runtime, monkeypatch):
@@ -160,17 +167,20 @@ def test_runtime_configures_up_front_then_live():
     try:
         info = mt_asyncio.runtime_info()
         assert info["state"] == "running"
-        assert info["worker_threads"] == 3
+        assert info["config"]["worker_threads"] == 3
         assert info["blocking"]["max_threads"] == 16
-        assert info["blocking_threadpool_idle_ttl"] == 5
-        # Running already: workers and the blocking limit change live.
+        assert info["config"]["blocking_idle_ttl_seconds"] == 5
+        # Running already: workers, the blocking limit and its idle TTL
+        # change live.
         mt_asyncio.runtime(threads=2, blocking_threadpool_size=8,
-                           blocking_threadpool_idle_ttl=5)
+                           blocking_threadpool_idle_ttl=7)
         info = mt_asyncio.runtime_info()
-        assert info["worker_threads"] == 2
+        assert info["config"]["worker_threads"] == 2
         assert info["blocking"]["max_threads"] == 8
+        assert info["config"]["blocking_idle_ttl_seconds"] == 7
+        assert info["blocking"]["idle_ttl_seconds"] == 7
         with pytest.raises(RuntimeError, match="before the runtime starts"):
-            mt_asyncio.runtime(blocking_threadpool_idle_ttl=1)
+            mt_asyncio.runtime(blocking_threadpool_idle_ttl=0)
 
         async def main():
             return await mt_aio.gather(*(mt_aio.to_thread(pow, k, 2) for k in range(20)))
@@ -198,7 +208,7 @@ def test_default_thread_count_is_cpus_plus_four():
     import os
     mt_asyncio.start_runtime()
     try:
-        assert mt_asyncio.runtime_info()["worker_threads"] == (os.cpu_count() or 1) + 4
+        assert mt_asyncio.runtime_info()["config"]["worker_threads"] == (os.cpu_count() or 1) + 4
     finally:
         mt_asyncio.shutdown_runtime()
 
