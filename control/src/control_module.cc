@@ -2,47 +2,89 @@
 //
 // Its own extension module because it links gRPC (and through it OpenSSL),
 // which must never share a symbol scope with the core. It reaches the
-// runtime only through the AdminApi capsule that mt_asyncio._core exports.
+// runtime only through the C function table the core exports
+// (runtime/admin/admin_abi.h).
 
 #include <Python.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <pybind11/pybind11.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <memory>
 #include <string>
 
+#include "control/src/admin_client.h"
 #include "control/src/control_service.h"
-#include "runtime/admin/admin_api.h"
+#include "control/src/peer_listener.h"
+#include "runtime/admin/admin_abi.h"
 
 namespace py = pybind11;
 
 namespace mt::control {
 namespace {
 
+// Bounds on what a caller can make the server hold.
+constexpr int kMaxReceiveMessageBytes = 64 * 1024;
+constexpr int kMaxConcurrentStreamsPerConnection = 16;
+constexpr int kMaxServerThreads = 48;
+
 class NativeServer {
  public:
-  NativeServer(std::unique_ptr<ControlService> service,
-               std::unique_ptr<grpc::Server> server)
-      : service_(std::move(service)), server_(std::move(server)) {}
+  NativeServer() = default;
   ~NativeServer() { Stop(0); }
+
+  void Start(const std::string& socket_path, const MtAdminAbi* abi,
+             v1::InterpreterInfo interpreter) {
+    absl::StatusOr<std::unique_ptr<PeerCredListener>> listener =
+        PeerCredListener::Listen(socket_path);
+    if (!listener.ok()) throw std::runtime_error(std::string(listener.status().message()));
+    listener_ = *std::move(listener);
+
+    ServiceHooks hooks;
+    hooks.set_serving = [this](bool serving) {
+      if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(serving);
+    };
+    PeerCredListener* l = listener_.get();
+    hooks.identify = [l](const grpc::ServerContext& context) { return l->Identify(context); };
+    hooks.refused_connections = [l] { return l->refused(); };
+    service_ = std::make_unique<ControlService>(AdminClient(abi), std::move(interpreter),
+                                                std::move(hooks));
+
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    builder.RegisterService(service_.get());
+    builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                               kMaxConcurrentStreamsPerConnection);
+    grpc::ResourceQuota quota("mt_asyncio_control");
+    quota.SetMaxThreads(kMaxServerThreads);
+    builder.SetResourceQuota(quota);
+    builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS, 1);
+    builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, 2);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr) throw std::runtime_error("could not start the gRPC server");
+    server_->GetHealthCheckService()->SetServingStatus(true);
+    listener_->Start(server_.get());
+  }
 
   void Stop(double grace_seconds) {
     if (!server_) return;
-    // gRPC's shutdown waits for its threads; none of them needs the
-    // interpreter, but let other Python threads run meanwhile.
+    // gRPC's shutdown waits for its threads, and handlers of loop and task
+    // methods may be waiting to attach: let them.
     py::gil_scoped_release detached;
+    listener_->Stop();
     server_->Shutdown(std::chrono::system_clock::now() +
-                      std::chrono::milliseconds(
-                          static_cast<long long>(grace_seconds * 1000)));
+                      std::chrono::milliseconds(static_cast<long long>(grace_seconds * 1000)));
     server_->Wait();
     server_.reset();
+    service_.reset();
+    listener_.reset();
   }
 
  private:
+  std::unique_ptr<PeerCredListener> listener_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
 };
@@ -57,49 +99,17 @@ v1::InterpreterInfo InterpreterFromDict(const py::dict& d) {
   return info;
 }
 
-std::unique_ptr<NativeServer> Serve(const std::string& target,
-                                    const std::string& socket_path,
-                                    py::capsule admin_capsule,
+std::unique_ptr<NativeServer> Serve(const std::string& socket_path, py::capsule abi_capsule,
                                     const py::dict& interpreter) {
-  auto* admin = static_cast<runtime::admin::AdminApi*>(PyCapsule_GetPointer(
-      admin_capsule.ptr(), runtime::admin::kAdminApiCapsuleName));
-  if (admin == nullptr) throw py::error_already_set();
-  if (target.rfind("unix://", 0) != 0) {
-    throw py::value_error("only unix:// targets are served for now");
+  auto* abi = static_cast<const MtAdminAbi*>(
+      PyCapsule_GetPointer(abi_capsule.ptr(), kMtAdminAbiCapsuleName));
+  if (abi == nullptr) throw py::error_already_set();
+  if (const std::string why = AdminClient::Check(abi); !why.empty()) {
+    throw std::runtime_error("mt_asyncio._control cannot use this core: " + why);
   }
-  // A socket left behind by a dead process would make bind fail.
-  struct stat st;
-  if (lstat(socket_path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      throw py::value_error("refusing to replace non-socket file " +
-                            socket_path);
-    }
-    unlink(socket_path.c_str());
-  }
-
-  auto service =
-      std::make_unique<ControlService>(admin, InterpreterFromDict(interpreter));
-  grpc::ServerBuilder builder;
-  int bound = 0;
-  builder.AddListeningPort(target, grpc::InsecureServerCredentials(), &bound);
-  builder.RegisterService(service.get());
-  // Operators ask a handful of questions; keep the footprint small.
-  builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, 2);
-  // Created with the process umask, then tightened before anyone could use
-  // it for anything but GetInfo.
-  const mode_t old_umask = umask(0177);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  umask(old_umask);
-  if (!server || bound == 0) {
-    throw std::runtime_error("could not listen on " + target);
-  }
-  if (chmod(socket_path.c_str(), 0600) != 0) {
-    const std::string why = std::strerror(errno);
-    server->Shutdown();
-    throw std::runtime_error("could not chmod " + socket_path + ": " + why);
-  }
-  return std::make_unique<NativeServer>(std::move(service), std::move(server));
+  auto server = std::make_unique<NativeServer>();
+  server->Start(socket_path, abi, InterpreterFromDict(interpreter));
+  return server;
 }
 
 }  // namespace
@@ -110,7 +120,6 @@ PYBIND11_MODULE(_control, m, py::mod_gil_not_used()) {
   m.doc() = "gRPC control plane for mt_asyncio (mt.control.v1).";
   py::class_<NativeServer>(m, "NativeServer")
       .def("stop", &NativeServer::Stop, py::arg("grace") = 1.0);
-  m.def("serve", &mt::control::Serve, py::arg("target"),
-        py::arg("socket_path"), py::arg("admin_capsule"),
+  m.def("serve", &mt::control::Serve, py::arg("socket_path"), py::arg("admin_abi"),
         py::arg("interpreter"));
 }

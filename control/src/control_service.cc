@@ -3,64 +3,259 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
 #include <utility>
 
 namespace mt::control {
 namespace {
 
-v1::RuntimeState ToWire(runtime::admin::RuntimeState state) {
-  using runtime::admin::RuntimeState;
-  switch (state) {
-    case RuntimeState::kCreated:
-      return v1::RUNTIME_STATE_CREATED;
-    case RuntimeState::kRunning:
-      return v1::RUNTIME_STATE_RUNNING;
-    case RuntimeState::kDraining:
-      return v1::RUNTIME_STATE_DRAINING;
-    case RuntimeState::kCancelling:
-      return v1::RUNTIME_STATE_CANCELLING;
-    case RuntimeState::kStopping:
-      return v1::RUNTIME_STATE_STOPPING;
-    case RuntimeState::kStopped:
-      return v1::RUNTIME_STATE_STOPPED;
+using Clock = std::chrono::steady_clock;
+
+constexpr double kMaxWaitSeconds = 600;
+
+grpc::Status Invalid(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+// Sleeps up to `d` in short slices, returning early (false) when the
+// client goes away.
+bool SleepUnlessCancelled(grpc::ServerContext* context, Clock::duration d) {
+  const auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+    if (context->IsCancelled()) return false;
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(20)));
   }
-  return v1::RUNTIME_STATE_UNSPECIFIED;
+  return !context->IsCancelled();
 }
 
 }  // namespace
 
-ControlService::ControlService(const runtime::admin::AdminApi* admin,
-                               v1::InterpreterInfo interpreter)
-    : admin_(admin), interpreter_(std::move(interpreter)) {}
+ControlService::ControlService(AdminClient admin, v1::InterpreterInfo interpreter,
+                               ServiceHooks hooks, ServiceLimits limits)
+    : admin_(admin),
+      interpreter_(std::move(interpreter)),
+      hooks_(std::move(hooks)),
+      limits_(limits) {}
 
-void FillRuntimeInfo(const runtime::admin::RuntimeSnapshot& snap,
-                     v1::RuntimeInfo* out) {
-  out->set_state(ToWire(snap.state));
-  v1::RuntimeConfig* config = out->mutable_config();
-  config->set_worker_threads(static_cast<uint32_t>(snap.worker_threads));
-  config->set_blocking_threads_max(
-      static_cast<uint32_t>(snap.config.blocking_threads_max));
-  config->set_blocking_idle_ttl_seconds(
-      std::chrono::duration<double>(snap.config.blocking_idle_ttl).count());
-  out->set_live_workers(static_cast<uint32_t>(snap.live_workers));
-  out->set_injector_depth(snap.injector_depth);
-  out->set_uptime_seconds(snap.uptime_seconds);
-  for (const auto& w : snap.workers) {
-    v1::WorkerInfo* wi = out->add_workers();
-    wi->set_index(static_cast<uint32_t>(w.index));
-    wi->set_units_run(w.units_run);
-    wi->set_parks(w.parks);
-    wi->set_busy_ns(w.busy_ns);
+void ControlService::Audit(const grpc::ServerContext& context, const std::string& what) const {
+  const std::string who = hooks_.identify ? hooks_.identify(context) : context.peer();
+  const std::string line = "mt_asyncio control: " + who + ": " + what;
+  if (hooks_.audit) {
+    hooks_.audit(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
   }
 }
 
-grpc::Status ControlService::GetInfo(grpc::ServerContext* /*context*/,
-                                     const v1::GetInfoRequest* /*request*/,
+grpc::Status ControlService::Runtime(v1::RuntimeInfo* out) const {
+  return admin_.CallJson("GetRuntime", "{}", out);
+}
+
+grpc::Status ControlService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*,
                                      v1::GetInfoResponse* response) {
   response->set_pid(static_cast<uint32_t>(getpid()));
   response->set_mt_asyncio_version(MT_ASYNCIO_VERSION);
   *response->mutable_interpreter() = interpreter_;
-  FillRuntimeInfo(admin_->Snapshot(), response->mutable_runtime());
+  v1::ControlStats* control = response->mutable_control();
+  control->set_refused_connections(hooks_.refused_connections ? hooks_.refused_connections()
+                                                              : 0);
+  control->set_watchers(static_cast<uint32_t>(watchers()));
+  control->set_draining(draining_.load(std::memory_order_relaxed));
+  return Runtime(response->mutable_runtime());
+}
+
+grpc::Status ControlService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                                         v1::ListWorkersResponse* response) {
+  grpc::Status status = admin_.CallJson("ListWorkers", "{}", response);
+  if (!status.ok()) return status;
+  // Names of the running units, best effort: this needs the interpreter,
+  // and the figures above must come back even when it is out of reach.
+  std::string ids;
+  for (const v1::WorkerInfo& w : response->workers()) {
+    if (w.current_task_id() == 0) continue;
+    if (!ids.empty()) ids += ",";
+    ids += std::to_string(w.current_task_id());
+  }
+  if (ids.empty()) return grpc::Status::OK;
+  v1::TaskNames names;
+  if (!admin_.CallJson("TaskNames", "{\"ids\":\"" + ids + "\"}", &names).ok()) {
+    return grpc::Status::OK;
+  }
+  for (v1::WorkerInfo& w : *response->mutable_workers()) {
+    auto it = names.names().find(w.current_task_id());
+    if (it != names.names().end()) w.set_current_task_name(it->second);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::ListLoops(grpc::ServerContext*, const v1::ListLoopsRequest* request,
+                                       v1::ListLoopsResponse* response) {
+  return admin_.Call("ListLoops", *request, response);
+}
+
+grpc::Status ControlService::ListTasks(grpc::ServerContext*, const v1::ListTasksRequest* request,
+                                       v1::ListTasksResponse* response) {
+  if (request->name_contains().size() > 1024) return Invalid("name_contains is too long");
+  if (request->page_token().size() > 64) return Invalid("invalid page_token");
+  return admin_.Call("ListTasks", *request, response);
+}
+
+grpc::Status ControlService::GetTask(grpc::ServerContext*, const v1::GetTaskRequest* request,
+                                     v1::GetTaskResponse* response) {
+  if (request->id() == 0) return Invalid("id must be a task id (ListTasks shows them)");
+  return admin_.Call("GetTask", *request, response);
+}
+
+grpc::Status ControlService::CancelTask(grpc::ServerContext* context,
+                                        const v1::CancelTaskRequest* request,
+                                        v1::CancelTaskResponse* response) {
+  if (request->id() == 0) return Invalid("id must be a task id (ListTasks shows them)");
+  if (request->msg().size() > 4096) return Invalid("msg is longer than 4096 bytes");
+  grpc::Status status = admin_.Call("CancelTask", *request, response);
+  Audit(*context, "CancelTask id=" + std::to_string(request->id()) + " -> " +
+                      (status.ok() ? (response->cancelled() ? "cancelled" : "not cancelled")
+                                   : status.error_message()));
+  return status;
+}
+
+grpc::Status ControlService::ResizeWorkers(grpc::ServerContext* context,
+                                           const v1::ResizeWorkersRequest* request,
+                                           v1::ResizeWorkersResponse* response) {
+  const double wait = request->wait_seconds();
+  if (!(wait >= 0 && wait <= kMaxWaitSeconds)) {
+    return Invalid("wait_seconds must be in [0, 600]");
+  }
+  grpc::Status status = admin_.CallJson(
+      "ResizeWorkers", "{\"target\":" + std::to_string(request->target()) + "}", response);
+  Audit(*context, "ResizeWorkers target=" + std::to_string(request->target()) + " -> " +
+                      (status.ok() ? "ok" : status.error_message()));
+  if (!status.ok() || wait == 0) return status;
+  // Converged when as many workers run as asked (retiring ones gone).
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
+  while (true) {
+    v1::RuntimeInfo info;
+    if (!Runtime(&info).ok()) break;
+    response->set_live_workers(info.live_workers());
+    response->set_converged(info.live_workers() == response->target());
+    if (response->converged() || Clock::now() >= deadline) break;
+    if (!SleepUnlessCancelled(context, std::chrono::milliseconds(10))) break;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::SetBlockingPool(grpc::ServerContext* context,
+                                             const v1::SetBlockingPoolRequest* request,
+                                             v1::SetBlockingPoolResponse* response) {
+  if (request->max_threads() == 0 && request->idle_ttl_seconds() == 0) {
+    return Invalid("give max_threads, idle_ttl_seconds or both");
+  }
+  grpc::Status status = admin_.Call("SetBlockingPool", *request, response);
+  Audit(*context, "SetBlockingPool max_threads=" + std::to_string(request->max_threads()) +
+                      " idle_ttl_seconds=" + std::to_string(request->idle_ttl_seconds()) +
+                      " -> " + (status.ok() ? "ok" : status.error_message()));
+  return status;
+}
+
+grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
+                                   grpc::ServerWriter<v1::WatchUpdate>* writer) {
+  double interval = request->interval_seconds();
+  if (interval == 0) interval = 1.0;
+  if (!(interval >= limits_.min_watch_interval_seconds && interval <= 3600)) {
+    return Invalid("interval_seconds must be in [0.1, 3600] (0: 1 s)");
+  }
+  if (watchers_.fetch_add(1, std::memory_order_relaxed) >= limits_.max_watchers) {
+    watchers_.fetch_sub(1, std::memory_order_relaxed);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "too many Watch streams open (" +
+                            std::to_string(limits_.max_watchers) + ")");
+  }
+  const auto period =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval));
+  const auto start = Clock::now();
+  std::uint64_t sequence = 0;
+  std::uint64_t due = 0;  // Ticks of the interval since the start.
+  grpc::Status result = grpc::Status::OK;
+  while (!context->IsCancelled()) {
+    v1::WatchUpdate update;
+    update.set_sequence(++sequence);
+    // A client slower than the interval holds Write back (flow control):
+    // the ticks that passed meanwhile are skipped, never queued.
+    const auto ticks = static_cast<std::uint64_t>((Clock::now() - start) / period);
+    update.set_skipped(ticks > due ? ticks - due : 0);
+    due = ticks + 1;
+    grpc::Status status = Runtime(update.mutable_runtime());
+    if (!status.ok()) {
+      result = status;
+      break;
+    }
+    if (request->include_loops()) {
+      v1::ListLoopsResponse loops;
+      if (admin_.Call("ListLoops", v1::ListLoopsRequest(), &loops).ok()) {
+        *update.mutable_loops() = std::move(*loops.mutable_loops());
+      }
+    }
+    if (!writer->Write(update)) break;  // The client went away.
+    if (!SleepUnlessCancelled(context, start + due * period - Clock::now())) break;
+  }
+  watchers_.fetch_sub(1, std::memory_order_relaxed);
+  return result;
+}
+
+grpc::Status ControlService::Drain(grpc::ServerContext* context, const v1::DrainRequest*,
+                                   v1::DrainResponse* response) {
+  const bool was = draining_.exchange(true, std::memory_order_relaxed);
+  response->set_already_draining(was);
+  if (hooks_.set_serving) hooks_.set_serving(false);
+  Audit(*context, std::string("Drain -> NOT_SERVING") + (was ? " (already)" : ""));
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlService::Shutdown(grpc::ServerContext* context,
+                                      const v1::ShutdownRequest* request,
+                                      grpc::ServerWriter<v1::ShutdownProgress>* writer) {
+  const double grace = request->grace_seconds();
+  if (!(grace >= 0 && grace <= 3600)) return Invalid("grace_seconds must be in [0, 3600]");
+  std::string json = "{\"grace_seconds\":" + std::to_string(grace) + ",\"mode\":\"" +
+                     v1::ShutdownMode_Name(request->mode()) + "\"}";
+  std::string body;
+  grpc::Status status = admin_.Raw("Shutdown", json, &body);
+  Audit(*context, "Shutdown grace_seconds=" + std::to_string(grace) + " mode=" +
+                      v1::ShutdownMode_Name(request->mode()) + " -> " +
+                      (status.ok() ? body : status.error_message()));
+  if (!status.ok()) return status;
+  const bool joined = body.find("\"joined\":true") != std::string::npos;
+  if (draining_.exchange(true, std::memory_order_relaxed) == false && hooks_.set_serving) {
+    hooks_.set_serving(false);  // Out of rotation while it winds down.
+  }
+  const auto start = Clock::now();
+  v1::RuntimeState last = v1::RUNTIME_STATE_UNSPECIFIED;
+  std::uint64_t last_tasks = ~std::uint64_t{0};
+  while (true) {
+    v1::RuntimeInfo info;
+    if (!Runtime(&info).ok()) break;
+    // One message per change of phase or count, and one every second.
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (info.state() != last || info.tasks_in_flight() != last_tasks ||
+        std::fmod(elapsed, 1.0) < 0.05) {
+      v1::ShutdownProgress progress;
+      progress.set_state(info.state());
+      progress.set_tasks_in_flight(info.tasks_in_flight());
+      progress.set_blocking_running(info.blocking().running());
+      progress.set_elapsed_seconds(elapsed);
+      progress.set_joined(joined);
+      if (!writer->Write(progress)) break;
+      last = info.state();
+      last_tasks = info.tasks_in_flight();
+    }
+    if (info.state() == v1::RUNTIME_STATE_STOPPED) break;
+    if (!SleepUnlessCancelled(context, std::chrono::milliseconds(50))) break;
+  }
   return grpc::Status::OK;
 }
 

@@ -3,32 +3,80 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "control/src/admin_client.h"
 #include "mt/control/v1/control.grpc.pb.h"
-#include "runtime/admin/admin_api.h"
 
 namespace mt::control {
 
-// mt.control.v1.RuntimeControl over the runtime's admin interface. Handlers
-// run on gRPC's threads and never touch the interpreter, so they answer
-// while every worker is busy.
-class ControlService final : public v1::RuntimeControl::Service {
- public:
-  // `admin` must outlive the service. `interpreter` is fixed at start.
-  ControlService(const runtime::admin::AdminApi* admin,
-                 v1::InterpreterInfo interpreter);
-
-  grpc::Status GetInfo(grpc::ServerContext* context,
-                       const v1::GetInfoRequest* request,
-                       v1::GetInfoResponse* response) override;
-
- private:
-  const runtime::admin::AdminApi* admin_;
-  const v1::InterpreterInfo interpreter_;
+// Limits the service enforces on its callers.
+struct ServiceLimits {
+  int max_watchers = 32;  // Watch streams open at once.
+  double min_watch_interval_seconds = 0.1;
 };
 
-// Copies an admin snapshot into its wire form.
-void FillRuntimeInfo(const runtime::admin::RuntimeSnapshot& snap,
-                     v1::RuntimeInfo* out);
+// What the service needs from the server around it.
+struct ServiceHooks {
+  // Flips grpc.health.v1 for the whole server (Drain).
+  std::function<void(bool serving)> set_serving;
+  // Who is behind a call, for the audit line of mutating calls.
+  std::function<std::string(const grpc::ServerContext&)> identify;
+  // Connections the listener refused (GetInfo's control stats).
+  std::function<std::uint64_t()> refused_connections;
+  // Where audit lines go (default: stderr).
+  std::function<void(const std::string&)> audit;
+};
+
+// mt.control.v1.RuntimeControl over the admin boundary. Handlers run on
+// gRPC's threads. Runtime and worker methods never touch the interpreter
+// (they answer while every worker is busy); loop and task methods attach
+// to it through the core's Python handler.
+class ControlService final : public v1::RuntimeControl::Service {
+ public:
+  ControlService(AdminClient admin, v1::InterpreterInfo interpreter, ServiceHooks hooks,
+                 ServiceLimits limits = {});
+
+  grpc::Status GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest* request,
+                       v1::GetInfoResponse* response) override;
+  grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
+                           v1::ListWorkersResponse* response) override;
+  grpc::Status ListLoops(grpc::ServerContext* context, const v1::ListLoopsRequest* request,
+                         v1::ListLoopsResponse* response) override;
+  grpc::Status ListTasks(grpc::ServerContext* context, const v1::ListTasksRequest* request,
+                         v1::ListTasksResponse* response) override;
+  grpc::Status GetTask(grpc::ServerContext* context, const v1::GetTaskRequest* request,
+                       v1::GetTaskResponse* response) override;
+  grpc::Status CancelTask(grpc::ServerContext* context, const v1::CancelTaskRequest* request,
+                          v1::CancelTaskResponse* response) override;
+  grpc::Status ResizeWorkers(grpc::ServerContext* context,
+                             const v1::ResizeWorkersRequest* request,
+                             v1::ResizeWorkersResponse* response) override;
+  grpc::Status SetBlockingPool(grpc::ServerContext* context,
+                               const v1::SetBlockingPoolRequest* request,
+                               v1::SetBlockingPoolResponse* response) override;
+  grpc::Status Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
+                     grpc::ServerWriter<v1::WatchUpdate>* writer) override;
+  grpc::Status Drain(grpc::ServerContext* context, const v1::DrainRequest* request,
+                     v1::DrainResponse* response) override;
+  grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
+                        grpc::ServerWriter<v1::ShutdownProgress>* writer) override;
+
+  int watchers() const { return watchers_.load(std::memory_order_relaxed); }
+
+ private:
+  void Audit(const grpc::ServerContext& context, const std::string& what) const;
+  grpc::Status Runtime(v1::RuntimeInfo* out) const;
+
+  const AdminClient admin_;
+  const v1::InterpreterInfo interpreter_;
+  const ServiceHooks hooks_;
+  const ServiceLimits limits_;
+  std::atomic<int> watchers_{0};
+  std::atomic<bool> draining_{false};
+};
 
 }  // namespace mt::control
 

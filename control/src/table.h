@@ -1,0 +1,34 @@
+#ifndef MT_CONTROL_SRC_TABLE_H_
+#define MT_CONTROL_SRC_TABLE_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace mt::control {
+
+// A text table for mtctl: a header row and data rows, columns padded to
+// their widest cell; numeric columns are right-aligned.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header, std::vector<bool> right_aligned = {});
+  void AddRow(std::vector<std::string> row);
+  void Print(std::ostream& out) const;
+  bool empty() const { return rows_.empty(); }
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<bool> right_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// Human units: "1.23 ms", "4.5 s", "12 us".
+std::string Duration(double seconds);
+// "3.2k", "1.5M" for large counts.
+std::string Count(unsigned long long n);
+// `text` cut to `width` characters with "..." when longer.
+std::string Clip(const std::string& text, std::size_t width);
+
+}  // namespace mt::control
+
+#endif  // MT_CONTROL_SRC_TABLE_H_
