@@ -55,6 +55,7 @@ Runtime::Runtime(Config config, scheduler::WorkerHooks hooks)
       scheduler_(SchedulerOptionsFor(config_), std::move(hooks),
                  &shared_driver_),
       blocking_(std::make_shared<blocking::BlockingPool>(BlockingOptionsFor(config_))),
+      active_grace_ms_(config_.shutdown_grace.count()),
       stall_handler_(DefaultStallHandler) {
   shared_driver_.driver = driver_.get();
   shared_driver_.workers_drive = config_.reactor == ReactorMode::kWorkers;
@@ -175,12 +176,12 @@ bool Runtime::WaitStopped(std::chrono::milliseconds timeout) {
       lock, timeout, [this] { return state() == RuntimeState::kStopped; });
 }
 
-bool Runtime::WaitForQuiescence(Clock::time_point deadline) {
+bool Runtime::WaitForQuiescence(Clock::time_point deadline, bool blocking_too) {
   // Polling at 1 ms keeps the workers free of any shutdown bookkeeping on
   // their hot path; shutdown is rare and this thread has nothing else to do.
   while (true) {
     if (scheduler_.tasks_in_flight() == 0 && scheduler_.IsQuiescent() &&
-        blocking_->IsIdle()) {
+        (!blocking_too || blocking_->IsIdle())) {
       return true;
     }
     if (Clock::now() >= deadline) return false;
@@ -190,6 +191,7 @@ bool Runtime::WaitForQuiescence(Clock::time_point deadline) {
 
 void Runtime::RunShutdown(std::chrono::milliseconds grace) {
   shutdown_runner_.store(std::this_thread::get_id(), std::memory_order_release);
+  active_grace_ms_.store(grace.count(), std::memory_order_release);
   const RuntimeState was = state();
   if (was == RuntimeState::kCreated) {
     // Never started: nothing runs, nothing to drain.
@@ -203,17 +205,22 @@ void Runtime::RunShutdown(std::chrono::milliseconds grace) {
       drain = drain_hooks_;
       cancel = cancel_hooks_;
     }
+    // The grace counts from here: drain hooks that wait for work to wind
+    // down (the Python runs) spend it, they do not extend it.
+    const Clock::time_point grace_over = Clock::now() + grace;
     for (auto& hook : drain) hook();
-    const bool drained = WaitForQuiescence(Clock::now() + grace);
+    const bool drained = WaitForQuiescence(grace_over);
 
     // Cancelling: a hook cancels what is left and gets a short while to
     // unwind; then the scheduler cancels everything still queued.
     state_.store(RuntimeState::kCancelling, std::memory_order_release);
     if (!drained) {
       for (auto& hook : cancel) hook();
+      // Cancelled tasks unwind; blocking jobs had the whole grace and are
+      // not waited for again (one that never returns is abandoned below).
       const auto unwind = std::min<std::chrono::milliseconds>(
           grace, std::chrono::milliseconds(1'000));
-      WaitForQuiescence(Clock::now() + unwind);
+      WaitForQuiescence(Clock::now() + unwind, /*blocking_too=*/false);
     }
     state_.store(RuntimeState::kStopping, std::memory_order_release);
   }

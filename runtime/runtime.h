@@ -64,6 +64,10 @@ class Runtime final : public admin::AdminApi {
   // Async-signal-safe: an atomic store and one write(2); the supervisor
   // thread runs the shutdown with the configured grace.
   void RequestShutdown();
+  // The grace of the shutdown under way (the configured one before any).
+  std::chrono::milliseconds shutdown_grace() const {
+    return std::chrono::milliseconds(active_grace_ms_.load(std::memory_order_acquire));
+  }
   // Waits until stopped; false on timeout.
   bool WaitStopped(std::chrono::milliseconds timeout);
 
@@ -95,7 +99,9 @@ class Runtime final : public admin::AdminApi {
   void RunShutdown(std::chrono::milliseconds grace);
   // Waits until no tracked task is in flight and the blocking pool is
   // idle, or until `deadline`. Returns true if everything finished.
-  bool WaitForQuiescence(std::chrono::steady_clock::time_point deadline);
+  // With `blocking_too`, the blocking pool must be idle as well.
+  bool WaitForQuiescence(std::chrono::steady_clock::time_point deadline,
+                         bool blocking_too = true);
   void WakeSupervisor();
 
   const Config config_;
@@ -117,6 +123,7 @@ class Runtime final : public admin::AdminApi {
   std::thread supervisor_;
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<std::int64_t> requested_grace_ms_{-1};
+  std::atomic<std::int64_t> active_grace_ms_;  // See shutdown_grace().
   std::atomic<bool> supervisor_stop_{false};
   std::atomic<std::uint64_t> stalls_detected_{0};
 

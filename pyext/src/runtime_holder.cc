@@ -75,9 +75,12 @@ void RuntimeHolder::Start(runtime::Config config) {
   // for every long step would be noise in CPU-heavy programs (asyncio too
   // only warns about slow callbacks in debug mode).
   rt->SetStallHandler(nullptr);
-  const double grace_seconds =
-      std::chrono::duration<double>(rt->config().shutdown_grace).count();
-  rt->AddDrainHook([grace_seconds] { RunDrainCallback(grace_seconds); });
+  // The hook runs on the runtime's own shutdown, so the pointer is live;
+  // the grace is that shutdown's (a control-plane Shutdown picks its own).
+  runtime::Runtime* raw = rt.get();
+  rt->AddDrainHook([raw] {
+    RunDrainCallback(std::chrono::duration<double>(raw->shutdown_grace()).count());
+  });
   absl::Status status = rt->Start();
   if (!status.ok()) throw std::runtime_error(std::string(status.message()));
 }

@@ -5,6 +5,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 
 import pytest
 
@@ -120,8 +121,13 @@ def test_snapshot_describes_scheduler_reactor_and_blocking_pool(runtime):
     assert worker["active"]
     assert worker["state"] in ("starting", "running", "idle", "searching", "parked",
                                "driving_reactor")
-    # A Linux thread id of this process.
-    assert os.path.isdir(f"/proc/{os.getpid()}/task/{worker['os_thread_id']}")
+    # A Linux thread id of this process, once the thread runs.
+    deadline = time.monotonic() + WAIT
+    while not mt_asyncio.runtime_info()["workers"][0]["os_thread_id"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    tid = mt_asyncio.runtime_info()["workers"][0]["os_thread_id"]
+    assert os.path.isdir(f"/proc/{os.getpid()}/task/{tid}")
 
 
 def test_exception_in_unit_goes_to_unraisablehook(runtime, monkeypatch):

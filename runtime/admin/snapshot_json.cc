@@ -51,6 +51,7 @@ void WriteBlockingPool(JsonWriter& json, const blocking::BlockingPoolStats& b) {
       .Field("idle_ttl_seconds", Seconds(b.idle_ttl))
       .Field("completed", b.completed)
       .Field("cancelled", b.cancelled)
+      .Field("abandoned", b.abandoned)
       .EndObject();
 }
 
