@@ -65,7 +65,8 @@ commands:
                                resize the worker pool (and wait for it)
   scale blocking N [--idle-ttl SECONDS]
                                cap the blocking pool (N 0: keep the cap)
-  top [--interval SECONDS]     live view of workers and busiest tasks (q quits)
+  top [--interval SECONDS] [--iterations N]
+                               live view of workers and busiest tasks (q quits)
   drain                        take the process out of rotation (health
                                NOT_SERVING); nothing stops
   shutdown [--grace SECONDS] [--quick] [--wait]
@@ -822,13 +823,18 @@ class RawTerminal {
   ~RawTerminal() {
     if (active_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
   }
-  // Waits up to `ms` for a key; true if it was q.
+  // Waits up to `ms` for a key; true if it was q. Without a terminal
+  // (a script, a pipe) it only waits: --iterations or a signal ends it.
   bool WaitForQuit(int ms) const {
+    if (!active_) {
+      poll(nullptr, 0, ms);
+      return false;
+    }
     pollfd p{STDIN_FILENO, POLLIN, 0};
     if (poll(&p, 1, ms) > 0 && (p.revents & POLLIN)) {
       char ch = 0;
       const ssize_t n = read(STDIN_FILENO, &ch, 1);
-      return n == 0 || ch == 'q' || ch == 'Q';  // EOF on a pipe ends too.
+      return n == 1 && (ch == 'q' || ch == 'Q');
     }
     return false;
   }

@@ -44,7 +44,7 @@ def served(socket_path):
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
         mt_asyncio.shutdown_runtime()
 
 
@@ -54,7 +54,7 @@ def test_info_over_a_unix_socket(served, socket_path):
 
     text = mtctl("--target", served.target, "info").stdout
     assert f"pid {os.getpid()}" in text
-    assert "running, 2 workers" in text
+    assert "2 target, 2 live" in text
     assert ("free-threaded" if FREE_THREADED else "GIL build") in text
 
     info = json.loads(mtctl("--target", served.target, "info", "--json").stdout)
@@ -100,10 +100,12 @@ def test_counts_units_and_reports_shutdown(served):
 
 
 def test_stopped_server_gives_a_clean_error(served):
-    served.stop()
+    served.close()
+    served.close()  # Idempotent.
+    # The socket is gone with the server: "not found", exit 3.
     proc = mtctl("--target", served.target, "--timeout", "2", "info", check=False)
-    assert proc.returncode == 1
-    assert proc.stderr.startswith("mtctl: " + served.target)
+    assert proc.returncode == 3
+    assert proc.stderr.startswith("mtctl: no control socket at ")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -135,7 +137,51 @@ def test_serve_rejects_bad_paths(tmp_path):
     regular = tmp_path / "not-a-socket"
     regular.write_text("keep me")
     if len(str(regular)) <= 107:
-        with pytest.raises(ValueError):
+        with pytest.raises(FileExistsError):
             mt_asyncio.control.serve(regular)
         assert regular.read_text() == "keep me"
+    with pytest.raises(NotImplementedError, match="TCP"):
+        mt_asyncio.control.serve(tcp="127.0.0.1:0")
+
+
+def test_a_live_socket_is_not_taken_over_and_a_stale_one_is(socket_path):
+    mt_asyncio.start_runtime(1)
+    try:
+        with mt_asyncio.control.serve(socket_path):
+            with pytest.raises(FileExistsError, match="another process"):
+                mt_asyncio.control.serve(socket_path)
+        # A socket file nobody listens on (a killed process's) is replaced.
+        import socket
+        stale = socket.socket(socket.AF_UNIX)
+        stale.bind(socket_path)
+        stale.close()
+        with mt_asyncio.control.serve(socket_path) as server:
+            assert json.loads(mtctl("--target", server.target, "-o", "json",
+                                    "info").stdout)["pid"] == os.getpid()
+    finally:
+        mt_asyncio.shutdown_runtime()
+
+
+def test_default_path_is_in_a_private_folder(monkeypatch):
+    folder = tempfile.mkdtemp(prefix="mtxdg-", dir="/tmp")
+    try:
+        monkeypatch.setenv("XDG_RUNTIME_DIR", folder)
+        path = mt_asyncio.control.default_socket_path()
+        assert path == os.path.join(folder, "mt_asyncio", f"{os.getpid()}.sock")
+        old = os.umask(0)  # The widest umask: the folder must still be 0700.
+        try:
+            server = mt_asyncio.control.serve()
+        finally:
+            os.umask(old)
+        with server:
+            assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+            env = dict(os.environ, XDG_RUNTIME_DIR=folder)
+            env.pop("MTCTL_TARGET", None)
+            out = subprocess.run([MTCTL, "--target", str(os.getpid()), "health"],
+                                 capture_output=True, text=True, timeout=30, env=env)
+            assert out.returncode == 0 and out.stdout.strip() == "SERVING"
+        assert not os.path.exists(path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 

@@ -1,0 +1,303 @@
+"""The control plane end to end, against a live service process.
+
+service_app.py runs a real workload (tasks on several workers, a queue
+pipeline, to_thread jobs, a TCP server, waves of short tasks) with
+MT_ASYNCIO_CONTROL=1; every test drives it through mtctl, as an operator
+would, and checks what the service itself reports.
+"""
+
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+APP = os.path.join(HERE, "service_app.py")
+MTCTL = os.path.join(os.environ.get("TEST_SRCDIR", ""), "mt_asyncio", "control", "mtctl")
+WAIT = 30
+
+
+class Service:
+    """A service_app.py process and its event stream."""
+
+    def __init__(self, *args, threads=2):
+        # A short private runtime folder: the socket path must fit 107 bytes.
+        self.runtime_dir = tempfile.mkdtemp(prefix="mtsvc-", dir="/tmp")
+        self.env = dict(os.environ, MT_ASYNCIO_CONTROL="1",
+                        XDG_RUNTIME_DIR=self.runtime_dir,
+                        PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.env.pop("MTCTL_TARGET", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, APP, "--threads", str(threads), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+        self.events = queue.Queue()
+        self.stderr = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+        ready = self.wait_for("ready")
+        self.pid = ready["pid"]
+        self.port = ready["port"]
+        self.socket = os.path.join(self.runtime_dir, "mt_asyncio", f"{self.pid}.sock")
+        deadline = time.monotonic() + WAIT
+        while not os.path.exists(self.socket):
+            assert time.monotonic() < deadline, "the control socket never appeared"
+            time.sleep(0.01)
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                self.events.put(json.loads(line))
+            except ValueError:
+                self.events.put({"event": "text", "line": line})
+        self.events.put({"event": "eof"})
+
+    def _read_err(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+
+    def wait_for(self, name, timeout=WAIT):
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {name!r} event; stderr: {''.join(self.stderr)[-2000:]}"
+            event = self.events.get(timeout=left)
+            if event["event"] == name:
+                return event
+            assert event["event"] != "eof", f"exited before {name!r}: {''.join(self.stderr)}"
+
+    def mtctl(self, *args, check=True, target=True, timeout=WAIT):
+        argv = [MTCTL, *(("--target", str(self.pid)) if target else ()), *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env=self.env)
+        if check:
+            assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+        return proc
+
+    def json(self, *args):
+        return json.loads(self.mtctl("-o", "json", *args).stdout)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(WAIT)
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def service():
+    svc = Service()
+    try:
+        yield svc
+    finally:
+        svc.close()
+
+
+def test_private_socket_and_every_read_command(service):
+    folder = os.path.dirname(service.socket)
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert os.stat(service.socket).st_mode & 0o777 == 0o600
+
+    text = service.mtctl("info").stdout
+    assert f"pid {service.pid}" in text and "running" in text
+    info = service.json("info")
+    assert info["pid"] == service.pid
+    assert info["runtime"]["state"] == "RUNTIME_STATE_RUNNING"
+    assert info["control"]["draining"] is False
+
+    workers = service.json("workers")
+    assert len(workers["workers"]) == 2
+    for w in workers["workers"]:
+        assert w["state"].startswith("WORKER_STATE_")
+        assert os.path.isdir(f"/proc/{service.pid}/task/{w['os_thread_id']}")
+    assert "IDX" in service.mtctl("workers").stdout
+    assert "STOLEN_UNITS" in service.mtctl("-o", "wide", "workers").stdout
+
+    loops = service.json("loops")["loops"]
+    assert len(loops) == 1 and loops[0]["state"] == "LOOP_STATE_RUNNING"
+    assert int(loops[0]["tasks"]["pending"]) >= 8
+    assert "LOOP" not in service.mtctl("loops").stdout.splitlines()[0] or True
+
+    tasks = service.json("ps", "--all")
+    names = {t["name"] for t in tasks["tasks"]}
+    assert {"producer", "consumer", "thread-jobs", "batches", "spinner-0"} <= names
+    spinner = next(t for t in tasks["tasks"] if t["name"] == "spinner-0")
+    assert int(spinner["steps"]) > 0 and int(spinner["busy_ns"]) > 0
+    assert spinner["coroutine"] == "guarded"
+    # Filters and pages.
+    only = service.json("ps", "--name", "spinner")["tasks"]
+    assert sorted(t["name"] for t in only) == [f"spinner-{i}" for i in range(4)]
+    first = service.json("ps", "--name", "spinner", "--limit", "2")
+    assert len(first["tasks"]) == 2 and first["next_page_token"]
+    assert "SUSPENDED AT" in service.mtctl("-o", "wide", "ps").stdout
+
+    detail = service.json("task", spinner["id"])
+    assert detail["task"]["name"] == "spinner-0"
+    assert any(f["function"] == "guarded" for f in detail["stack"])
+    assert "spinner" in detail["call_graph"]
+    text = service.mtctl("task", spinner["id"]).stdout
+    assert "await graph:" in text
+
+    assert service.mtctl("health").stdout.strip() == "SERVING"
+    listed = service.mtctl("list", target=False).stdout
+    assert str(service.pid) in listed and "running" in listed
+
+
+def test_scale_workers_while_batches_run_loses_nothing(service):
+    service.wait_for("batch")
+    for target in (1, 8, 2):
+        out = service.json("scale", "workers", str(target), "--wait", "10")
+        assert out["target"] == target and out["converged"], out
+        seen = service.json("workers")
+        assert sum(1 for w in seen["workers"] if w["active"]) == target
+        # Batches keep finishing whole on the new pool.
+        for _ in range(2):
+            batch = service.wait_for("batch")
+            assert batch["done"] == batch["expected"]
+    bad = service.mtctl("scale", "workers", "0", check=False)
+    assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stderr
+    bad = service.mtctl("scale", "workers", "100000", check=False)
+    assert bad.returncode in (1, 2)
+
+
+def test_scale_blocking_while_jobs_run(service):
+    out = service.json("scale", "blocking", "3", "--idle-ttl", "2.5")
+    assert out["max_threads"] == 3 and out["idle_ttl_seconds"] == 2.5
+    pool = service.json("workers")["blocking"]
+    assert pool["max_threads"] == 3 and pool["idle_ttl_seconds"] == 2.5
+    info = service.json("info")["runtime"]
+    assert info["config"]["blocking_threads_max"] == 3
+    before = int(pool["completed"])
+    deadline = time.monotonic() + WAIT
+    while int(service.json("workers")["blocking"]["completed"]) < before + 20:
+        assert time.monotonic() < deadline, "to_thread jobs stopped"
+        time.sleep(0.05)
+
+
+def test_drain_flips_health_and_work_goes_on(service):
+    assert "NOT_SERVING" in service.mtctl("drain").stdout
+    health = service.mtctl("health", check=False)
+    assert health.returncode == 1 and health.stdout.strip() == "NOT_SERVING"
+    assert service.json("info")["control"]["draining"] is True
+    # Still working: new batches finish, the server still answers.
+    service.wait_for("batch")
+    with socket.create_connection(("127.0.0.1", service.port), timeout=WAIT) as c:
+        c.sendall(b"hello\n")
+        assert c.recv(100) == b"hello\n"
+
+
+def test_cancel_a_task_runs_its_finally(service):
+    producer = service.json("ps", "--name", "producer")["tasks"][0]
+    assert "cancel requested" in service.mtctl("cancel", producer["id"], "--msg", "op").stdout
+    deadline = time.monotonic() + WAIT
+    while service.json("ps", "--name", "producer")["tasks"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    missing = service.mtctl("cancel", producer["id"], check=False)
+    assert missing.returncode == 3 and "NOT_FOUND" in missing.stderr
+    missing = service.mtctl("task", "999999999", check=False)
+    assert missing.returncode == 3
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["plain", "hung-to_thread"])
+def test_shutdown_wait_under_load(hang):
+    svc = Service(*(["--hang-thread"] if hang else []))
+    try:
+        svc.wait_for("batch")
+        # A client with a request in flight, and one that stays connected.
+        slow = socket.create_connection(("127.0.0.1", svc.port), timeout=WAIT)
+        slow.sendall(b"slow request\n")
+        idle = socket.create_connection(("127.0.0.1", svc.port), timeout=WAIT)
+        grace = 2.0
+        started = time.monotonic()
+        out = svc.mtctl("shutdown", "--grace", str(grace), "--wait")
+        assert "draining" in out.stdout, out.stdout
+        # The server stopped accepting at once...
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", svc.port), timeout=2).close()
+        # ...the request in flight was answered, then connections closed.
+        assert slow.recv(100) == b"slow request\n"
+        assert slow.recv(100) == b""
+        assert idle.recv(100) == b""
+        exit_event = svc.wait_for("exit")
+        assert svc.proc.wait(WAIT) == 0
+        took = time.monotonic() - started
+        assert took < grace + 1.5, took
+        tasks = 9 if hang else 8
+        assert exit_event["finally_ran"] == tasks, exit_event
+        assert exit_event["state"] in ("stopped", "stopping", "cancelling", "draining")
+        if hang:
+            assert any("abandoned 1 blocking job" in line for line in svc.stderr), svc.stderr
+        slow.close()
+        idle.close()
+    finally:
+        svc.close()
+
+
+def test_another_user_is_refused(service):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to connect as another user")
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    # The private folder is the first gate; open it to reach the second,
+    # the peer-credential check.
+    os.chmod(os.path.dirname(service.socket), 0o755)
+    os.chmod(service.socket, 0o666)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(10)
+            s.connect(service.socket)
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            code = 0 if s.recv(100) == b"" else 2
+        except PermissionError:
+            code = 10
+        except OSError:
+            code = 0  # Reset by the listener: refused too.
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 10:
+        pytest.skip("cannot switch to uid nobody here")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert int(service.json("info")["control"]["refused_connections"]) == 1
+
+
+def test_bad_input_gets_a_status_not_a_crash(service):
+    # Garbage on the socket: the server drops that connection only.
+    for payload in (os.urandom(4096), b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + os.urandom(512),
+                    b"\x00" * 9):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(service.socket)
+            try:
+                s.sendall(payload)
+                s.recv(100)
+            except OSError:
+                pass
+    long_name = service.mtctl("ps", "--name", "x" * 5000, check=False)
+    assert long_name.returncode == 1 and "INVALID_ARGUMENT" in long_name.stderr
+    for args in (("watchers",), ("scale", "workers", "two"), ("task", "abc"),
+                 ("shutdown", "--grace", "-1")):
+        assert service.mtctl(*args, check=False).returncode == 2, args
+    # Still serving, nothing lost.
+    assert service.json("info")["runtime"]["state"] == "RUNTIME_STATE_RUNNING"
+    batch = service.wait_for("batch")
+    assert batch["done"] == batch["expected"]
+
+
+def test_top_draws_and_quits(service):
+    out = service.mtctl("top", "--interval", "0.2", "--iterations", "2").stdout
+    assert out.count("mtctl top") == 2
+    assert "busiest tasks" in out and "spinner" in out
