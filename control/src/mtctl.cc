@@ -65,6 +65,9 @@ commands:
                                resize the worker pool (and wait for it)
   scale blocking N [--idle-ttl SECONDS]
                                cap the blocking pool (N 0: keep the cap)
+  watch [--interval SECONDS] [--loops] [--count N]
+                               a line of runtime figures per interval (the
+                               Watch stream; -o json: one object a line)
   top [--interval SECONDS] [--iterations N]
                                live view of workers and busiest tasks (q quits)
   drain                        take the process out of rotation (health
@@ -752,6 +755,55 @@ int CmdShutdown(Client& c, const Options& o, CommandArgs& a) {
   return c.Failed(s);
 }
 
+int CmdWatch(Client& c, const Options& o, CommandArgs& a) {
+  double interval = 1, count = 0;
+  if (a.Number("--interval", &interval, 0.1, 3600) < 0) return kExitUsage;
+  if (a.Number("--count", &count, 0, 1e12) < 0) return kExitUsage;
+  const bool loops = a.Flag("--loops");
+  if (!a.Done()) return kExitUsage;
+  v1::WatchRequest req;
+  req.set_interval_seconds(interval);
+  req.set_include_loops(loops);
+  auto context = c.Context(false);
+  auto reader = c.stub().Watch(context.get(), req);
+  v1::WatchUpdate u;
+  std::uint64_t seen = 0;
+  std::uint64_t last_units = 0;
+  while (reader->Read(&u)) {
+    ++seen;
+    if (o.format == Format::kJson) {
+      std::string json;
+      google::protobuf::util::JsonPrintOptions print;
+      print.preserve_proto_field_names = true;
+      (void)google::protobuf::util::MessageToJsonString(u, &json, print);
+      std::cout << json << "\n" << std::flush;
+    } else {
+      std::uint64_t units = 0, busy = 0;
+      for (const v1::WorkerInfo& w : u.runtime().workers()) {
+        units += w.units_run();
+        if (w.state() == v1::WORKER_STATE_RUNNING) ++busy;
+      }
+      std::uint64_t tasks = 0;
+      for (const v1::LoopInfo& l : u.loops()) tasks += l.tasks().pending();
+      absl::PrintF("#%d %s  workers %d (%d running)  units +%d  injected %d  blocking %d/%d%s%s\n",
+                   u.sequence(), StateName(u.runtime().state()), u.runtime().live_workers(), busy,
+                   seen == 1 ? 0 : units - last_units, u.runtime().injector_depth(),
+                   u.runtime().blocking().running(), u.runtime().blocking().max_threads(),
+                   loops ? absl::StrFormat("  tasks %d", tasks) : "",
+                   u.skipped() ? absl::StrFormat("  (%d skipped)", u.skipped()) : "");
+      std::fflush(stdout);
+      last_units = units;
+    }
+    if (count > 0 && seen >= count) {
+      context->TryCancel();
+      break;
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) return kExitOk;
+  return c.Failed(s);
+}
+
 int CmdHealth(Client& c, const Options& o) {
   auto stub = grpc::health::v1::Health::NewStub(c.channel());
   grpc::health::v1::HealthCheckResponse r;
@@ -943,6 +995,7 @@ int Run(const Options& opts) {
   const std::string& cmd = opts.args[0];
   static const char* const kCommands[] = {"info",  "workers", "loops",    "tasks",  "ps",
                                           "task",  "cancel",  "scale",    "top",    "drain",
+                                          "watch",
                                           "shutdown", "health", "list"};
   if (std::find(std::begin(kCommands), std::end(kCommands), cmd) == std::end(kCommands)) {
     return UsageError("unknown command '" + cmd + "'");
@@ -959,6 +1012,7 @@ int Run(const Options& opts) {
   if (cmd == "cancel") return CmdCancel(c, opts, a);
   if (cmd == "scale") return CmdScale(c, opts, a);
   if (cmd == "top") return CmdTop(c, opts, a);
+  if (cmd == "watch") return CmdWatch(c, opts, a);
   if (cmd == "drain") return a.Done() ? CmdDrain(c, opts) : kExitUsage;
   if (cmd == "shutdown") return CmdShutdown(c, opts, a);
   return a.Done() ? CmdHealth(c, opts) : kExitUsage;

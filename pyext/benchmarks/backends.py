@@ -71,14 +71,64 @@ def run_mt_asyncio(factories, threads):
     return sorted(counts, reverse=True)
 
 
+def _mtctl():
+    # Under `bazel run` mtctl sits in the runfiles beside this package;
+    # from a wheel it is a script on PATH.
+    import os
+    import shutil
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidate = os.path.join(here, "..", "..", "control", "mtctl")
+    return candidate if os.path.exists(candidate) else shutil.which("mtctl")
+
+
+def run_mt_asyncio_watched(factories, threads):
+    """mt_asyncio with the control plane served and an operator watching:
+    `mtctl watch --interval 0.1 --loops` (the Watch stream at 10 Hz, with
+    the loops' task counts) reads it for the whole run. Its row against
+    mt_asyncio's is the control plane's cost on the hot paths."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    import time
+
+    import mt_asyncio.control
+
+    mtctl = _mtctl()
+    if mtctl is None:
+        raise RuntimeError("mtctl not found (bazel run //pyext:bench ships it)")
+    folder = tempfile.mkdtemp(prefix="mtbench-", dir="/tmp")
+    server = mt_asyncio.control.serve(os.path.join(folder, "control.sock"))
+    watcher = subprocess.Popen(
+        [mtctl, "--target", server.target, "-o", "json", "watch", "--interval", "0.1",
+         "--loops"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The first update shows the client is connected and reading.
+        if not watcher.stdout.readline():
+            raise RuntimeError("mtctl watch failed: " + watcher.stderr.read())
+        start = time.monotonic()
+        balance = run_mt_asyncio(factories, threads)
+        elapsed = time.monotonic() - start
+    finally:
+        watcher.terminate()
+        rest, errors = watcher.communicate(timeout=10)
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    updates = rest.count("\n")
+    if elapsed > 0.5 and updates < elapsed * 10 * 0.5:
+        raise RuntimeError(f"the watcher got {updates} updates in {elapsed:.2f} s")
+    return balance
+
+
 BACKENDS = {
     "asyncio": run_asyncio,
     "asyncio-multiloop": run_asyncio_multiloop,
     "mt_asyncio": run_mt_asyncio,
+    "mt_asyncio+watch": run_mt_asyncio_watched,
 }
 
 SINGLE_THREADED = {"asyncio"}
 
 # Backends that run on mt_asyncio._core; the driver refuses to measure them
 # on a debug or sanitizer build of the extension.
-USES_EXTENSION = {"mt_asyncio"}
+USES_EXTENSION = {"mt_asyncio", "mt_asyncio+watch"}

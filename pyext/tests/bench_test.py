@@ -66,3 +66,17 @@ def test_bad_arguments_are_refused():
     assert proc.returncode == 2
     assert "must be positive" in proc.stderr
 
+
+
+def test_watched_rows_run_with_a_live_watch_client(tmp_path):
+    # mt_asyncio+watch: the control plane served and `mtctl watch` at 10 Hz
+    # during the run; the cell fails if the client got no updates.
+    out_json = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, BENCH, "--quick", "--scale", "0.002", "--allow-unoptimized",
+         "--json", str(out_json), "--workloads", "mixed",
+         "--backends", "asyncio", "mt_asyncio+watch", "--threads", "2"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out_json.read_text())
+    assert {r["backend"] for r in data["rows"]} == {"asyncio", "mt_asyncio+watch"}
