@@ -25,6 +25,10 @@ LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio)
 BENCH_PACKAGES=(uvloop)
 SEED_PACKAGE="mt-asyncio==0.3.0a1"
 SEED_VENV="${HOME:-/root}/.cache/mt_asyncio/seed-venv"
+# grpcurl, the third-party gRPC client the control plane's suite checks
+# reflection with: a Go module, built with `go install` when Go is here.
+GRPCURL_MODULE="github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
+GRPCURL_DIR="${HOME:-/root}/.cache/mt_asyncio/bin"
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
@@ -69,6 +73,19 @@ if [ "$free_threaded" = 1 ] && [ ! -x "$SEED_VENV/bin/python" ]; then
          "$SEED_VENV/bin/python" -m pip install -q --disable-pip-version-check --pre "$SEED_PACKAGE"; }; then
     echo "setup: note: could not install $SEED_PACKAGE; //pyext:bench runs without the seed backend"
     rm -rf "$SEED_VENV"
+  fi
+fi
+
+go=$(command -v go || true)
+[ -z "$go" ] && [ -x /usr/local/go/bin/go ] && go=/usr/local/go/bin/go
+if [ ! -x "$GRPCURL_DIR/grpcurl" ]; then
+  if [ -n "$go" ]; then
+    echo "setup: go install $GRPCURL_MODULE into $GRPCURL_DIR"
+    if ! GOBIN="$GRPCURL_DIR" "$go" install "$GRPCURL_MODULE"; then
+      echo "setup: note: could not build grpcurl; its control-plane test is skipped"
+    fi
+  else
+    echo "setup: note: no Go toolchain; the control plane's grpcurl test is skipped"
   fi
 fi
 

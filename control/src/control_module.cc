@@ -17,6 +17,7 @@
 #include "control/src/admin_client.h"
 #include "control/src/control_service.h"
 #include "control/src/peer_listener.h"
+#include "grpc/health/v1/health.pb.h"
 #include "runtime/admin/admin_abi.h"
 
 namespace py = pybind11;
@@ -52,6 +53,9 @@ class NativeServer {
                                                 std::move(hooks));
 
     grpc::EnableDefaultHealthCheckService(true);
+    // gRPC's health service has no descriptor in the protobuf pool;
+    // linking ours lets reflection describe it (grpcurl needs that).
+    (void)grpc::health::v1::HealthCheckRequest::descriptor();
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());

@@ -71,6 +71,15 @@ def run_mt_asyncio(factories, threads):
     return sorted(counts, reverse=True)
 
 
+class Timed:
+    """A backend's result that carries its own timing of the workload
+    (when the backend does setup the cell must not count)."""
+
+    def __init__(self, balance, elapsed):
+        self.balance = balance
+        self.elapsed = elapsed
+
+
 def _mtctl():
     # Under `bazel run` mtctl sits in the runfiles beside this package;
     # from a wheel it is a script on PATH.
@@ -106,18 +115,21 @@ def run_mt_asyncio_watched(factories, threads):
         # The first update shows the client is connected and reading.
         if not watcher.stdout.readline():
             raise RuntimeError("mtctl watch failed: " + watcher.stderr.read())
-        start = time.monotonic()
+        start = time.perf_counter()
         balance = run_mt_asyncio(factories, threads)
-        elapsed = time.monotonic() - start
+        elapsed = time.perf_counter() - start
     finally:
         watcher.terminate()
         rest, errors = watcher.communicate(timeout=10)
         server.close()
         shutil.rmtree(folder, ignore_errors=True)
+    # Starved of CPU by a loaded machine the client may fall behind (the
+    # stream then skips updates); one that got nothing did not watch.
     updates = rest.count("\n")
-    if elapsed > 0.5 and updates < elapsed * 10 * 0.5:
+    if elapsed > 1 and updates < elapsed:
         raise RuntimeError(f"the watcher got {updates} updates in {elapsed:.2f} s")
-    return balance
+    # Timed here: serving and starting the client are not the workload.
+    return Timed(balance, elapsed)
 
 
 BACKENDS = {

@@ -12,8 +12,11 @@ Task frames are read only while no worker steps the task
 of a coroutine that is executing.
 """
 
+import asyncio as _stdlib_asyncio
 import itertools
 import json
+import os
+import sys
 import threading
 import weakref
 
@@ -102,15 +105,10 @@ def _loop_state(loop):
     return "LOOP_STATE_RUNNING" if loop.is_running() else "LOOP_STATE_STOPPED"
 
 
-def _loop_info(loop_id, loop, tasks=None):
-    counts = {"pending": 0, "running": 0, "ready": 0, "waiting": 0}
-    for task in tasks if tasks is not None else loop._all_tasks():
-        stats = task._mt_stats()
-        if stats is None or stats[1] == "done":
-            continue
-        counts["pending"] += 1
-        counts[stats[1]] += 1
-    created, slow_steps = loop._mt_counts()
+def _loop_info(loop_id, loop):
+    created, slow_steps, running, ready, waiting = loop._mt_counts()
+    counts = {"pending": running + ready + waiting, "running": running,
+              "ready": ready, "waiting": waiting}
     cls = type(loop)
     return {
         "id": loop_id,
@@ -126,22 +124,30 @@ def _loop_info(loop_id, loop, tasks=None):
     }
 
 
+# Frames in these folders are the machinery (asyncio.sleep, Queue.get...):
+# where a task waits is the innermost frame of the user's own code.
+_MACHINERY = tuple(os.path.dirname(m.__file__) + os.sep
+                   for m in (_stdlib_asyncio, sys.modules[__package__]))
+
+
 def _location(task):
-    """file:line where the task's innermost coroutine is suspended ("" if
-    it is being stepped right now, or is not a coroutine)."""
+    """file:line where the task is suspended: the innermost frame of its
+    await chain outside asyncio's and mt_asyncio's own code (else the
+    innermost). "" when a worker is stepping it or it has no coroutine."""
     where = []
 
     def walk():
         awaitable = task.get_coro()
-        frame = None
+        frames = []
         while awaitable is not None:
-            inner = getattr(awaitable, "cr_frame", None) or getattr(awaitable, "ag_frame", None)
-            if inner is None:
+            frame = getattr(awaitable, "cr_frame", None) or getattr(awaitable, "ag_frame", None)
+            if frame is None:
                 break
-            frame = inner
+            frames.append((frame.f_code.co_filename, frame.f_lineno))
             awaitable = getattr(awaitable, "cr_await", None) or getattr(awaitable, "ag_await", None)
-        if frame is not None:
-            where.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+        own = [f for f in frames if not f[0].startswith(_MACHINERY)]
+        if frames:
+            where.append("%s:%s" % (own or frames)[-1])
 
     task._while_not_stepped(walk, None)
     return where[0] if where else ""

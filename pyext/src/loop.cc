@@ -900,17 +900,26 @@ PyObject* Loop_deferred_count(PyObject* self, PyObject*) {
   return PyLong_FromSize_t(st->deferred.size());
 }
 
-// (tasks ever created on the loop, slow steps seen) for the control plane.
+// (tasks ever created, slow steps seen, running, ready, waiting) for the
+// control plane: one pass over the registry in C++, reading each task's
+// unit state word (a million tasks cost milliseconds, not a Python loop).
 PyObject* Loop_mt_counts(PyObject* self, PyObject*) {
   LoopState* st = StateOf(self);
-  std::uint64_t created = 0;
+  std::uint64_t created = 0, by_state[4] = {0, 0, 0, 0};
   for (auto& shard : st->task_shards) {
     std::lock_guard<ShardLock> lock(shard.mu);
     created += shard.registered;
+    for (TaskLink* l = shard.head.next; l != &shard.head; l = l->next) {
+      ++by_state[static_cast<int>(TaskStepStateOf(l->owner))];
+    }
   }
-  return Py_BuildValue("(KK)", static_cast<unsigned long long>(created),
-                       static_cast<unsigned long long>(
-                           st->slow_steps.load(std::memory_order_relaxed)));
+  using S = TaskStepState;
+  return Py_BuildValue(
+      "(KKKKK)", static_cast<unsigned long long>(created),
+      static_cast<unsigned long long>(st->slow_steps.load(std::memory_order_relaxed)),
+      static_cast<unsigned long long>(by_state[static_cast<int>(S::kRunning)]),
+      static_cast<unsigned long long>(by_state[static_cast<int>(S::kReady)]),
+      static_cast<unsigned long long>(by_state[static_cast<int>(S::kWaiting)]));
 }
 
 PyObject* Loop_new(PyTypeObject* type, PyObject*, PyObject*) {
@@ -1144,7 +1153,7 @@ PyMethodDef loop_methods[] = {
     {"_all_tasks", Loop_all_tasks, METH_NOARGS,
      "The loop's tasks that have not completed (a set)."},
     {"_mt_counts", Loop_mt_counts, METH_NOARGS,
-     "(tasks ever created, slow steps seen) for the control plane."},
+     "(tasks ever created, slow steps seen, running, ready, waiting)."},
     {"_deferred_count", Loop_deferred_count, METH_NOARGS,
      "Units waiting for the loop to run (tests, debugging)."},
     {nullptr, nullptr, 0, nullptr},

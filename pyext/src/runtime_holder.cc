@@ -10,6 +10,9 @@
 namespace py = pybind11;
 
 namespace mt::pyext {
+
+thread_local int this_worker_index = -1;
+
 namespace {
 
 // The thread state of the current worker while it is detached (parked).
@@ -19,8 +22,14 @@ thread_local PyGILState_STATE attach_token;
 
 runtime::scheduler::WorkerHooks InterpreterHooks() {
   runtime::scheduler::WorkerHooks hooks;
-  hooks.on_start = [](std::size_t) { attach_token = PyGILState_Ensure(); };
-  hooks.on_stop = [](std::size_t) { PyGILState_Release(attach_token); };
+  hooks.on_start = [](std::size_t index) {
+    this_worker_index = static_cast<int>(index);
+    attach_token = PyGILState_Ensure();
+  };
+  hooks.on_stop = [](std::size_t) {
+    PyGILState_Release(attach_token);
+    this_worker_index = -1;
+  };
   hooks.before_park = [](std::size_t) { parked_state = PyEval_SaveThread(); };
   hooks.after_unpark = [](std::size_t) {
     PyEval_RestoreThread(parked_state);

@@ -12,6 +12,10 @@
 
 namespace mt::pyext {
 
+// The index of the runtime worker this thread is (-1 elsewhere), set when
+// the worker starts: a thread-local read, for what runs on every step.
+extern thread_local int this_worker_index;
+
 // Owns the process-wide Runtime and ties its workers to the interpreter.
 //
 // Workers attach to the interpreter when they start and stay attached while

@@ -9,6 +9,7 @@
 #include "pyext/src/future.h"
 #include "pyext/src/loop.h"
 #include "pyext/src/py_ref.h"
+#include "pyext/src/runtime_holder.h"
 #include "runtime/metrics/cycle_clock.h"
 #include "runtime/task/task.h"
 
@@ -165,8 +166,7 @@ class TaskUnit final : public rt_task::Task {
     steps_.store(steps_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + cycles,
                        std::memory_order_relaxed);
-    last_worker_.store(LoopRuntime(loop_).scheduler().CurrentWorkerIndex(),
-                       std::memory_order_relaxed);
+    last_worker_.store(this_worker_index, std::memory_order_relaxed);
   }
 
   PyObject* loop_;  // Borrowed; valid while task_ is held.
@@ -862,6 +862,20 @@ PyObject* Task_while_not_stepped(PyObject* self, PyObject* const* args, Py_ssize
   }
   return result;
 }
+
+}  // namespace
+
+TaskStepState TaskStepStateOf(PyObject* task) {
+  TaskUnit* unit = AsTask(task)->unit;
+  if (unit == nullptr) return TaskStepState::kDone;
+  const std::uint64_t word = unit->state().Load();
+  if (word & rt_task::State::kComplete) return TaskStepState::kDone;
+  if (word & rt_task::State::kRunning) return TaskStepState::kRunning;
+  if (word & rt_task::State::kScheduled) return TaskStepState::kReady;
+  return TaskStepState::kWaiting;
+}
+
+namespace {
 
 PyObject* Task_mt_stats(PyObject* self, PyObject*) {
   TaskObject* t = AsTask(self);

@@ -28,6 +28,12 @@ runtime::task::Task* CurrentTaskUnit();
 PyObject* TaskCreate(PyObject* loop, PyObject* coro, PyObject* name, PyObject* context,
                      bool eager_start);
 
+// Where a task's stepping stands, from its unit's state word alone (no
+// lock, no Python call: safe under the loop's registry locks). For the
+// control plane's counts.
+enum class TaskStepState { kRunning, kReady, kWaiting, kDone };
+TaskStepState TaskStepStateOf(PyObject* task);
+
 }  // namespace mt::pyext
 
 #endif  // MT_PYEXT_SRC_TASK_H_

@@ -148,6 +148,11 @@ def run():
     started = time.monotonic()
     try:
         asyncio.run(main(args), threads=args.threads)
+    except asyncio.CancelledError:
+        # A shutdown whose cancel phase caught main still unwinding (its
+        # grace ran out): run() raises the main task's CancelledError, as
+        # documented; for a service that is a normal end.
+        pass
     finally:
         with lock:
             emit(event="exit", seconds=round(time.monotonic() - started, 3),

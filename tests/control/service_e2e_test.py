@@ -228,7 +228,7 @@ def test_shutdown_wait_under_load(hang):
         assert slow.recv(100) == b""
         assert idle.recv(100) == b""
         exit_event = svc.wait_for("exit")
-        assert svc.proc.wait(WAIT) == 0
+        assert svc.proc.wait(WAIT) == 0, "".join(svc.stderr)[-3000:]
         took = time.monotonic() - started
         assert took < grace + 1.5, took
         tasks = 9 if hang else 8
@@ -301,3 +301,39 @@ def test_top_draws_and_quits(service):
     out = service.mtctl("top", "--interval", "0.2", "--iterations", "2").stdout
     assert out.count("mtctl top") == 2
     assert "busiest tasks" in out and "spinner" in out
+
+
+def _grpcurl():
+    import pwd
+    explicit = os.environ.get("MT_GRPCURL")
+    if explicit:
+        return explicit
+    # tools/setup.sh builds it here (HOME may be moved by the test runner).
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    path = os.path.join(home, ".cache", "mt_asyncio", "bin", "grpcurl")
+    return path if os.access(path, os.X_OK) else shutil.which("grpcurl")
+
+
+def test_grpcurl_discovers_and_calls_by_reflection(service):
+    grpcurl = _grpcurl()
+    if grpcurl is None:
+        pytest.skip("grpcurl is not installed (tools/setup.sh builds it when Go is present)")
+
+    def call(*args):
+        proc = subprocess.run([grpcurl, "-plaintext", "-unix", *args], capture_output=True,
+                              text=True, timeout=WAIT)
+        assert proc.returncode == 0, (args, proc.stderr)
+        return proc.stdout
+
+    services = call(service.socket, "list").split()
+    assert {"mt.control.v1.RuntimeControl", "grpc.health.v1.Health"} <= set(services)
+    assert "ListTasks" in call(service.socket, "list", "mt.control.v1.RuntimeControl")
+    info = json.loads(call(service.socket, "mt.control.v1.RuntimeControl/GetInfo"))
+    assert info["pid"] == service.pid
+    workers = json.loads(call(service.socket, "mt.control.v1.RuntimeControl/ListWorkers"))
+    assert len(workers["workers"]) == 2
+    health = json.loads(call(service.socket, "grpc.health.v1.Health/Check"))
+    assert health["status"] == "SERVING"
+    tasks = json.loads(call("-d", '{"name_contains": "spinner", "page_size": 2}', service.socket,
+                            "mt.control.v1.RuntimeControl/ListTasks"))
+    assert len(tasks["tasks"]) == 2 and tasks["next_page_token"]
