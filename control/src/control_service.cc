@@ -195,8 +195,12 @@ grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::Watch
       break;
     }
     if (request->include_loops()) {
+      // Pending counts only: a pass over every task at every tick would
+      // cost the workload (measured: docs/benchmarks.md).
+      v1::ListLoopsRequest counts_only;
+      counts_only.set_skip_task_states(true);
       v1::ListLoopsResponse loops;
-      if (admin_.Call("ListLoops", v1::ListLoopsRequest(), &loops).ok()) {
+      if (admin_.Call("ListLoops", counts_only, &loops).ok()) {
         *update.mutable_loops() = std::move(*loops.mutable_loops());
       }
     }

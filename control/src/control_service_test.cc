@@ -80,6 +80,15 @@ class ControlServiceTest : public ::testing::Test {
     config.blocking_threads_max = 9;
     rt_ = std::make_unique<runtime::Runtime>(config);
     ASSERT_TRUE(rt_->Start().ok());
+    // Workers publish their thread ids as they start.
+    for (int i = 0; i < 1000; ++i) {
+      const auto snap = rt_->Snapshot();
+      if (snap.workers.size() == 2 && snap.workers[0].os_thread_id != 0 &&
+          snap.workers[1].os_thread_id != 0) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
 
   void Serve(ServiceLimits limits = {}) {

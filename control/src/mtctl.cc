@@ -774,6 +774,7 @@ int CmdWatch(Client& c, const Options& o, CommandArgs& a) {
     if (o.format == Format::kJson) {
       std::string json;
       google::protobuf::util::JsonPrintOptions print;
+      print.always_print_primitive_fields = true;
       print.preserve_proto_field_names = true;
       (void)google::protobuf::util::MessageToJsonString(u, &json, print);
       std::cout << json << "\n" << std::flush;
@@ -843,6 +844,7 @@ int CmdList(const Options& o) {
     if (o.format == Format::kJson) {
       std::string one_json;
       google::protobuf::util::JsonPrintOptions print;
+      print.always_print_primitive_fields = true;
       print.preserve_proto_field_names = true;
       (void)google::protobuf::util::MessageToJsonString(r, &one_json, print);
       json += (json.size() > 1 ? "," : "") + std::string("{\"socket\":\"") + path +

@@ -105,10 +105,9 @@ def _loop_state(loop):
     return "LOOP_STATE_RUNNING" if loop.is_running() else "LOOP_STATE_STOPPED"
 
 
-def _loop_info(loop_id, loop):
-    created, slow_steps, running, ready, waiting = loop._mt_counts()
-    counts = {"pending": running + ready + waiting, "running": running,
-              "ready": ready, "waiting": waiting}
+def _loop_info(loop_id, loop, by_state=True):
+    created, slow_steps, pending, running, ready, waiting = loop._mt_counts(by_state)
+    counts = {"pending": pending, "running": running, "ready": ready, "waiting": waiting}
     cls = type(loop)
     return {
         "id": loop_id,
@@ -160,6 +159,18 @@ def _coroutine_name(task):
     return getattr(coro, "__qualname__", None) or type(coro).__qualname__
 
 
+def _describe_waiter(waiter):
+    """What a task awaits, in a few words: a future's repr lists its
+    callbacks (the task itself, its awaiters...), which says nothing new."""
+    if waiter is None:
+        return ""
+    get_name = getattr(waiter, "get_name", None)
+    if get_name is not None:
+        return f"Task {get_name()!r}"
+    state = "done" if waiter.done() else "pending"
+    return f"{type(waiter).__name__} {state}"
+
+
 def _task_info(task, loop_id, stats, detail=True):
     task_id, state, steps, busy_ns, age, last_worker = stats
     waiter = task._fut_waiter
@@ -173,7 +184,7 @@ def _task_info(task, loop_id, stats, detail=True):
         "steps": steps,
         "last_worker": last_worker,
         "busy_ns": busy_ns,
-        "awaiting": _clip(repr(waiter)) if waiter is not None else "",
+        "awaiting": _clip(_describe_waiter(waiter)),
         "cancelling": task.cancelling(),
     }
     if detail:
@@ -212,7 +223,8 @@ def _int_field(request, key, default=0, lo=0, hi=2**64 - 1):
 
 
 def _list_loops(request):
-    return {"loops": [_loop_info(loop_id, loop) for loop_id, loop in _live_loops()]}
+    by_state = not request.get("skip_task_states", False)
+    return {"loops": [_loop_info(loop_id, loop, by_state) for loop_id, loop in _live_loops()]}
 
 
 def _list_tasks(request):
