@@ -272,11 +272,13 @@ def _get_task(request):
     task_id = _int_field(request, "id", 0, 1)
     max_frames = _int_field(request, "max_frames", 0, 0, _MAX_FRAMES) or _DEFAULT_FRAMES
     loop_id, task, stats = _find_task(task_id)
-    from . import graph
     stack = [_frame_info(f) for f in task.get_stack(limit=max_frames)]
-    call_graph = graph.format_call_graph(task, limit=max_frames)
-    if len(call_graph) > _MAX_GRAPH_CHARS:
-        call_graph = call_graph[:_MAX_GRAPH_CHARS] + "\n..."
+    call_graph = ""
+    if sys.version_info >= (3, 14):  # asyncio's call-graph API is 3.14's.
+        from . import graph
+        call_graph = graph.format_call_graph(task, limit=max_frames)
+        if len(call_graph) > _MAX_GRAPH_CHARS:
+            call_graph = call_graph[:_MAX_GRAPH_CHARS] + "\n..."
     awaited_by = []
     for waiter in getattr(task, "_asyncio_awaited_by", None) or ():
         waiter_stats = getattr(waiter, "_mt_stats", None)
