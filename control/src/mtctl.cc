@@ -268,15 +268,20 @@ class Client {
 
 // --- rendering -------------------------------------------------------------------
 
-void PrintJson(const google::protobuf::Message& message) {
+// proto3's JSON form with proto field names and every field present:
+// stable for scripts. `pretty`: indented (one response); else one line
+// (one object per streamed message).
+std::string ToJson(const google::protobuf::Message& message, bool pretty) {
   std::string json;
   google::protobuf::util::JsonPrintOptions print;
-  print.add_whitespace = true;
+  print.add_whitespace = pretty;
   print.always_print_primitive_fields = true;
   print.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(message, &json, print);
-  std::cout << json;
+  return json;
 }
+
+void PrintJson(const google::protobuf::Message& message) { std::cout << ToJson(message, true); }
 
 std::string Lower(std::string name, std::string_view prefix) {
   if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
@@ -490,40 +495,35 @@ bool ParseId(const std::string& text, std::uint64_t* id) {
   return true;
 }
 
-int CmdInfo(Client& c, const Options& o) {
-  v1::GetInfoResponse r;
-  grpc::Status s = c.stub().GetInfo(c.Context().get(), v1::GetInfoRequest(), &r);
+// One unary call with an empty request: its response as JSON, or drawn by
+// `render` (told whether -o wide was asked).
+template <typename Request, typename Response, typename Render>
+int ShowUnary(Client& c, const Options& o,
+              grpc::Status (v1::RuntimeControl::Stub::*method)(grpc::ClientContext*,
+                                                               const Request&, Response*),
+              Render render) {
+  Response r;
+  grpc::Status s = (c.stub().*method)(c.Context().get(), Request(), &r);
   if (!s.ok()) return c.Failed(s);
   if (o.format == Format::kJson) {
     PrintJson(r);
   } else {
-    PrintInfo(r);
+    render(r, o.format == Format::kWide);
   }
   return kExitOk;
+}
+
+int CmdInfo(Client& c, const Options& o) {
+  return ShowUnary(c, o, &v1::RuntimeControl::Stub::GetInfo,
+                   [](const v1::GetInfoResponse& r, bool) { PrintInfo(r); });
 }
 
 int CmdWorkers(Client& c, const Options& o) {
-  v1::ListWorkersResponse r;
-  grpc::Status s = c.stub().ListWorkers(c.Context().get(), v1::ListWorkersRequest(), &r);
-  if (!s.ok()) return c.Failed(s);
-  if (o.format == Format::kJson) {
-    PrintJson(r);
-  } else {
-    PrintWorkers(r, o.format == Format::kWide);
-  }
-  return kExitOk;
+  return ShowUnary(c, o, &v1::RuntimeControl::Stub::ListWorkers, PrintWorkers);
 }
 
 int CmdLoops(Client& c, const Options& o) {
-  v1::ListLoopsResponse r;
-  grpc::Status s = c.stub().ListLoops(c.Context().get(), v1::ListLoopsRequest(), &r);
-  if (!s.ok()) return c.Failed(s);
-  if (o.format == Format::kJson) {
-    PrintJson(r);
-  } else {
-    PrintLoops(r, o.format == Format::kWide);
-  }
-  return kExitOk;
+  return ShowUnary(c, o, &v1::RuntimeControl::Stub::ListLoops, PrintLoops);
 }
 
 int CmdTasks(Client& c, const Options& o, CommandArgs& a) {
@@ -722,12 +722,7 @@ int CmdShutdown(Client& c, const Options& o, CommandArgs& a) {
     any = true;
     last = p.state();
     if (o.format == Format::kJson) {
-      std::string json;
-      google::protobuf::util::JsonPrintOptions print;
-      print.always_print_primitive_fields = true;
-      print.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(p, &json, print);
-      std::cout << json << "\n" << std::flush;
+      std::cout << ToJson(p, false) << "\n" << std::flush;
     } else {
       absl::PrintF("%7.2f s  %-10s  %d units in flight, %d blocking jobs running%s\n",
                    p.elapsed_seconds(), StateName(p.state()), p.tasks_in_flight(),
@@ -772,12 +767,7 @@ int CmdWatch(Client& c, const Options& o, CommandArgs& a) {
   while (reader->Read(&u)) {
     ++seen;
     if (o.format == Format::kJson) {
-      std::string json;
-      google::protobuf::util::JsonPrintOptions print;
-      print.always_print_primitive_fields = true;
-      print.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(u, &json, print);
-      std::cout << json << "\n" << std::flush;
+      std::cout << ToJson(u, false) << "\n" << std::flush;
     } else {
       std::uint64_t units = 0, busy = 0;
       for (const v1::WorkerInfo& w : u.runtime().workers()) {
@@ -842,13 +832,8 @@ int CmdList(const Options& o) {
                   r.interpreter().version() + (r.interpreter().free_threaded() ? "t" : ""),
                   path});
     if (o.format == Format::kJson) {
-      std::string one_json;
-      google::protobuf::util::JsonPrintOptions print;
-      print.always_print_primitive_fields = true;
-      print.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(r, &one_json, print);
       json += (json.size() > 1 ? "," : "") + std::string("{\"socket\":\"") + path +
-              "\",\"info\":" + one_json + "}";
+              "\",\"info\":" + ToJson(r, false) + "}";
     }
   }
   if (o.format == Format::kJson) {

@@ -76,12 +76,20 @@ Answer ListWorkers() {
   return Ok(json.Take());
 }
 
+// The snapshot a change starts from; changes need a running runtime.
+absl::StatusOr<admin::RuntimeSnapshot> RunningSnapshot() {
+  admin::RuntimeSnapshot snap = RuntimeHolder::Instance().Snapshot();
+  if (snap.state != admin::RuntimeState::kRunning) {
+    return absl::FailedPreconditionError("the runtime is not running");
+  }
+  return snap;
+}
+
 Answer ResizeWorkers(const admin::FlatJson& req) {
   RuntimeHolder& holder = RuntimeHolder::Instance();
-  const admin::RuntimeSnapshot before = holder.Snapshot();
-  if (before.state != admin::RuntimeState::kRunning) {
-    return Fail(absl::FailedPreconditionError("the runtime is not running"));
-  }
+  absl::StatusOr<admin::RuntimeSnapshot> running = RunningSnapshot();
+  if (!running.ok()) return Fail(running.status());
+  const admin::RuntimeSnapshot& before = *running;
   absl::StatusOr<std::uint64_t> target =
       CountField(req, "target", 0, 1, static_cast<double>(before.max_workers));
   if (!target.ok()) return Fail(target.status());
@@ -105,10 +113,9 @@ constexpr double kMaxBlockingThreads = 100'000;
 
 Answer SetBlockingPool(const admin::FlatJson& req) {
   RuntimeHolder& holder = RuntimeHolder::Instance();
-  const admin::RuntimeSnapshot before = holder.Snapshot();
-  if (before.state != admin::RuntimeState::kRunning) {
-    return Fail(absl::FailedPreconditionError("the runtime is not running"));
-  }
+  absl::StatusOr<admin::RuntimeSnapshot> running = RunningSnapshot();
+  if (!running.ok()) return Fail(running.status());
+  const admin::RuntimeSnapshot& before = *running;
   absl::StatusOr<std::uint64_t> max_threads =
       CountField(req, "max_threads", 0, 0, kMaxBlockingThreads);
   if (!max_threads.ok()) return Fail(max_threads.status());
