@@ -136,9 +136,7 @@ def _start_control_from_env():
     if os.environ.get("MT_ASYNCIO_CONTROL", "") in ("", "0"):
         return
     from . import control
-    control._serve_from_env()
-    if control._from_env is not None:
-        _atexit.register(control._from_env.close)
+    control._serve_from_env()  # serve() registers its close at exit.
 
 
 _start_control_from_env()

@@ -13,6 +13,7 @@ default socket as soon as ``mt_asyncio`` is imported; any other non-empty
 value except ``0`` is taken as the socket's path.
 """
 
+import atexit
 import errno
 import os
 import socket
@@ -155,7 +156,11 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
         raise ImportError(
             "mt_asyncio's control extension is not available: " + str(exc)) from exc
     native = _control.serve(path, _core._admin_abi, _interpreter_info())
-    return ControlServer(native, path)
+    server = ControlServer(native, path)
+    # Its threads attach to the interpreter for loop and task calls: they
+    # must be gone before it finalizes (close() is idempotent).
+    atexit.register(server.close)
+    return server
 
 
 _from_env = None
