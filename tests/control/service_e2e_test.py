@@ -339,3 +339,46 @@ def test_grpcurl_discovers_and_calls_by_reflection(service):
     tasks = json.loads(call("-d", '{"name_contains": "spinner", "page_size": 2}', service.socket,
                             "mt.control.v1.RuntimeControl/ListTasks"))
     assert len(tasks["tasks"]) == 2 and tasks["next_page_token"]
+
+
+def _rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_many_watchers_are_bounded_and_released(service):
+    # More Watch streams than the server keeps (32): the rest get
+    # RESOURCE_EXHAUSTED; when the clients go, every place is freed; the
+    # service's memory stays bounded and it keeps serving.
+    service.wait_for("batch")
+    rss_before = _rss_kib(service.pid)
+    argv = [MTCTL, "--target", str(service.pid), "-o", "json", "watch", "--interval", "0.1"]
+    clients = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=service.env) for _ in range(48)]
+    try:
+        deadline = time.monotonic() + WAIT
+        while int(service.json("info")["control"]["watchers"]) < 32:
+            assert time.monotonic() < deadline, "watchers never reached the cap"
+            time.sleep(0.1)
+        refused = 0
+        for c in clients:
+            if c.poll() is not None:
+                refused += "RESOURCE_EXHAUSTED" in c.stderr.read()
+        assert int(service.json("info")["control"]["watchers"]) == 32
+        time.sleep(1)  # Let the 32 stream for a while.
+    finally:
+        for c in clients:
+            c.kill()
+        for c in clients:
+            c.wait(WAIT)
+    assert refused >= 1
+    deadline = time.monotonic() + WAIT
+    while int(service.json("info")["control"]["watchers"]) != 0:
+        assert time.monotonic() < deadline, "watcher places were not released"
+        time.sleep(0.1)
+    assert _rss_kib(service.pid) < rss_before + 64 * 1024  # Bounded: well under 64 MiB.
+    batch = service.wait_for("batch")
+    assert batch["done"] == batch["expected"]
