@@ -84,15 +84,16 @@ def runtime(threads=None, *, context=False, blocking_threadpool_size=128,
                       blocking_threadpool_idle_ttl=blocking_threadpool_idle_ttl)
     else:
         ttl = float(blocking_threadpool_idle_ttl)
-        if ttl != info["config"]["blocking_idle_ttl_seconds"]:
-            if ttl == 0:
-                raise RuntimeError("blocking_threadpool_idle_ttl=0 can only be chosen "
-                                   "before the runtime starts")
-            _admin.call("SetBlockingPool", idle_ttl_seconds=ttl)
+        if ttl == 0 and ttl != info["config"]["blocking_idle_ttl_seconds"]:
+            raise RuntimeError("blocking_threadpool_idle_ttl=0 can only be chosen "
+                               "before the runtime starts")
         if threads is not None:
             _configure_threads(threads)
-        if blocking_threadpool_size != info["blocking"]["max_threads"]:
-            _core.set_blocking_threads_max(blocking_threadpool_size)
+        if (blocking_threadpool_size != info["blocking"]["max_threads"]
+                or ttl != info["config"]["blocking_idle_ttl_seconds"]):
+            # Live changes go the control plane's way.
+            _admin.call("SetBlockingPool", max_threads=blocking_threadpool_size,
+                        idle_ttl_seconds=ttl)
     _signals.listen(wanted)
 
 
@@ -103,7 +104,7 @@ def _configure_threads(threads):
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     if runtime_info()["state"] == "running":
-        _core.resize_workers(threads)
+        _admin.call("ResizeWorkers", target=threads)
     else:
         start_runtime(threads)
 

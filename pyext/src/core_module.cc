@@ -60,19 +60,11 @@ py::dict BuildInfo() {
   return info;
 }
 
-// An admin call's failure as the exception a Python caller expects: bad
-// arguments are ValueError, anything else (not running, ...) RuntimeError.
-void ThrowIfError(const absl::Status& status) {
-  if (absl::IsInvalidArgument(status)) throw py::value_error(std::string(status.message()));
-  if (!status.ok()) throw std::runtime_error(std::string(status.message()));
-}
-
 }  // namespace
 }  // namespace mt::pyext
 
 PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
   using mt::pyext::RuntimeHolder;
-  using mt::pyext::ThrowIfError;
   m.doc() = "mt_asyncio's native core: the C++ runtime and its Python glue.";
 
   m.def("build_info", &mt::pyext::BuildInfo,
@@ -113,22 +105,6 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       },
       py::arg("fn"),
       "Call fn() on a runtime worker. Exceptions go to sys.unraisablehook.");
-
-  m.def(
-      "resize_workers",
-      [](std::size_t workers) {
-        ThrowIfError(RuntimeHolder::Instance().ResizeWorkers(workers));
-      },
-      py::arg("workers"),
-      "Resize the running runtime's worker pool live.");
-
-  m.def(
-      "set_blocking_threads_max",
-      [](std::size_t max_threads) {
-        ThrowIfError(RuntimeHolder::Instance().SetBlockingThreadsMax(max_threads));
-      },
-      py::arg("max_threads"),
-      "Change the running runtime's blocking-pool limit live.");
 
   m.def(
       "request_shutdown",
