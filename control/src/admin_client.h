@@ -32,11 +32,11 @@ class AdminClient {
   // request message).
   grpc::Status CallJson(std::string_view method, std::string_view request_json,
                         google::protobuf::Message* response) const;
+ private:
   // The raw answer: OK with its JSON document in `body`, or the error.
   grpc::Status Raw(std::string_view method, std::string_view request_json,
                    std::string* body) const;
 
- private:
   const MtAdminAbi* abi_;
 };
 

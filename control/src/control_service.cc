@@ -52,7 +52,7 @@ void ControlService::Audit(const grpc::ServerContext& context, const std::string
   }
 }
 
-grpc::Status ControlService::Runtime(v1::RuntimeInfo* out) const {
+grpc::Status ControlService::GetRuntime(v1::RuntimeInfo* out) const {
   return admin_.CallJson("GetRuntime", "{}", out);
 }
 
@@ -66,7 +66,7 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequ
                                                               : 0);
   control->set_watchers(static_cast<uint32_t>(watchers()));
   control->set_draining(draining_.load(std::memory_order_relaxed));
-  return Runtime(response->mutable_runtime());
+  return GetRuntime(response->mutable_runtime());
 }
 
 grpc::Status ControlService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
@@ -130,8 +130,8 @@ grpc::Status ControlService::ResizeWorkers(grpc::ServerContext* context,
   if (!(wait >= 0 && wait <= kMaxWaitSeconds)) {
     return Invalid("wait_seconds must be in [0, 600]");
   }
-  grpc::Status status = admin_.CallJson(
-      "ResizeWorkers", "{\"target\":" + std::to_string(request->target()) + "}", response);
+  // The core takes the request as it is (it ignores wait_seconds).
+  grpc::Status status = admin_.Call("ResizeWorkers", *request, response);
   Audit(*context, "ResizeWorkers target=" + std::to_string(request->target()) + " -> " +
                       (status.ok() ? "ok" : status.error_message()));
   if (!status.ok() || wait == 0) return status;
@@ -140,7 +140,7 @@ grpc::Status ControlService::ResizeWorkers(grpc::ServerContext* context,
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
   while (true) {
     v1::RuntimeInfo info;
-    if (!Runtime(&info).ok()) break;
+    if (!GetRuntime(&info).ok()) break;
     response->set_live_workers(info.live_workers());
     response->set_converged(info.live_workers() == response->target());
     if (response->converged() || Clock::now() >= deadline) break;
@@ -189,7 +189,7 @@ grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::Watch
     const auto ticks = static_cast<std::uint64_t>((Clock::now() - start) / period);
     update.set_skipped(ticks > due ? ticks - due : 0);
     due = ticks + 1;
-    grpc::Status status = Runtime(update.mutable_runtime());
+    grpc::Status status = GetRuntime(update.mutable_runtime());
     if (!status.ok()) {
       result = status;
       break;
@@ -225,15 +225,14 @@ grpc::Status ControlService::Shutdown(grpc::ServerContext* context,
                                       grpc::ServerWriter<v1::ShutdownProgress>* writer) {
   const double grace = request->grace_seconds();
   if (!(grace >= 0 && grace <= 3600)) return Invalid("grace_seconds must be in [0, 3600]");
-  std::string json = "{\"grace_seconds\":" + std::to_string(grace) + ",\"mode\":\"" +
-                     v1::ShutdownMode_Name(request->mode()) + "\"}";
-  std::string body;
-  grpc::Status status = admin_.Raw("Shutdown", json, &body);
+  v1::ShutdownProgress begun;  // The core answers {"joined": ...}.
+  grpc::Status status = admin_.Call("Shutdown", *request, &begun);
   Audit(*context, "Shutdown grace_seconds=" + std::to_string(grace) + " mode=" +
                       v1::ShutdownMode_Name(request->mode()) + " -> " +
-                      (status.ok() ? body : status.error_message()));
+                      (status.ok() ? (begun.joined() ? "joined" : "begun")
+                                   : status.error_message()));
   if (!status.ok()) return status;
-  const bool joined = body.find("\"joined\":true") != std::string::npos;
+  const bool joined = begun.joined();
   if (draining_.exchange(true, std::memory_order_relaxed) == false && hooks_.set_serving) {
     hooks_.set_serving(false);  // Out of rotation while it winds down.
   }
@@ -242,7 +241,7 @@ grpc::Status ControlService::Shutdown(grpc::ServerContext* context,
   std::uint64_t last_tasks = ~std::uint64_t{0};
   while (true) {
     v1::RuntimeInfo info;
-    if (!Runtime(&info).ok()) break;
+    if (!GetRuntime(&info).ok()) break;
     // One message per change of phase or count, and one every second.
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     if (info.state() != last || info.tasks_in_flight() != last_tasks ||

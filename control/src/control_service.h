@@ -68,7 +68,8 @@ class ControlService final : public v1::RuntimeControl::Service {
 
  private:
   void Audit(const grpc::ServerContext& context, const std::string& what) const;
-  grpc::Status Runtime(v1::RuntimeInfo* out) const;
+  // The core's GetRuntime document as the message.
+  grpc::Status GetRuntime(v1::RuntimeInfo* out) const;
 
   const AdminClient admin_;
   const v1::InterpreterInfo interpreter_;
