@@ -57,6 +57,11 @@ def _any_busy():
         return bool(_busy)
 
 
+# How long runs get to finish after the grace (the runtime's cancel phase
+# gives tasks the same, runtime/runtime.cc).
+_UNWIND_SECONDS = 1.0
+
+
 def _drain(grace):
     """The runtime's drain hook: every server stops accepting; every run in
     progress is wound down the way Ctrl-C winds down asyncio.run() —
@@ -91,6 +96,12 @@ def _drain(grace):
         # The cancel phase: connections the runs did not close are aborted
         # (a loop that closes aborts its own transports too).
         servers_module._abort_connections(servers)
+    # A run that waited on those connections (Server.wait_closed) now
+    # finishes and closes its loop: the runtime must not stop under it, so
+    # it gets the cancel phase's unwind allowance to do so.
+    deadline = time.monotonic() + _UNWIND_SECONDS
+    while _any_busy() and time.monotonic() < deadline:
+        time.sleep(0.002)
 
 
 _core._set_drain_hook(_drain)
