@@ -52,12 +52,27 @@ void ControlService::Audit(const grpc::ServerContext& context, const std::string
   }
 }
 
+grpc::Status ControlService::Authorize(const grpc::ServerContext& context, bool mutating,
+                                       const char* method) {
+  const Role role = hooks_.role ? hooks_.role(context) : Role::kAdmin;
+  if (role == Role::kAdmin || (role == Role::kReadOnly && !mutating)) return grpc::Status::OK;
+  denied_.fetch_add(1, std::memory_order_relaxed);
+  if (role == Role::kNone) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no valid credentials");
+  }
+  Audit(context, std::string(method) + " -> PERMISSION_DENIED (read-only token)");
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      std::string(method) +
+                          " changes the process; the read-only token cannot call it");
+}
+
 grpc::Status ControlService::GetRuntime(v1::RuntimeInfo* out) const {
   return admin_.CallJson("GetRuntime", "{}", out);
 }
 
-grpc::Status ControlService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequest*,
+grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest*,
                                      v1::GetInfoResponse* response) {
+  if (grpc::Status s = Authorize(*context, false, "GetInfo"); !s.ok()) return s;
   response->set_pid(static_cast<uint32_t>(getpid()));
   response->set_mt_asyncio_version(MT_ASYNCIO_VERSION);
   *response->mutable_interpreter() = interpreter_;
@@ -66,11 +81,15 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext*, const v1::GetInfoRequ
                                                               : 0);
   control->set_watchers(static_cast<uint32_t>(watchers()));
   control->set_draining(draining_.load(std::memory_order_relaxed));
+  control->set_rejected_calls(
+      denied_.load(std::memory_order_relaxed) +
+      (hooks_.unauthenticated_calls ? hooks_.unauthenticated_calls() : 0));
   return GetRuntime(response->mutable_runtime());
 }
 
-grpc::Status ControlService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+grpc::Status ControlService::ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest*,
                                          v1::ListWorkersResponse* response) {
+  if (grpc::Status s = Authorize(*context, false, "ListWorkers"); !s.ok()) return s;
   grpc::Status status = admin_.CallJson("ListWorkers", "{}", response);
   if (!status.ok()) return status;
   // Names of the running units, best effort: this needs the interpreter,
@@ -93,20 +112,23 @@ grpc::Status ControlService::ListWorkers(grpc::ServerContext*, const v1::ListWor
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::ListLoops(grpc::ServerContext*, const v1::ListLoopsRequest* request,
+grpc::Status ControlService::ListLoops(grpc::ServerContext* context, const v1::ListLoopsRequest* request,
                                        v1::ListLoopsResponse* response) {
+  if (grpc::Status s = Authorize(*context, false, "ListLoops"); !s.ok()) return s;
   return admin_.Call("ListLoops", *request, response);
 }
 
-grpc::Status ControlService::ListTasks(grpc::ServerContext*, const v1::ListTasksRequest* request,
+grpc::Status ControlService::ListTasks(grpc::ServerContext* context, const v1::ListTasksRequest* request,
                                        v1::ListTasksResponse* response) {
+  if (grpc::Status s = Authorize(*context, false, "ListTasks"); !s.ok()) return s;
   if (request->name_contains().size() > 1024) return Invalid("name_contains is too long");
   if (request->page_token().size() > 64) return Invalid("invalid page_token");
   return admin_.Call("ListTasks", *request, response);
 }
 
-grpc::Status ControlService::GetTask(grpc::ServerContext*, const v1::GetTaskRequest* request,
+grpc::Status ControlService::GetTask(grpc::ServerContext* context, const v1::GetTaskRequest* request,
                                      v1::GetTaskResponse* response) {
+  if (grpc::Status s = Authorize(*context, false, "GetTask"); !s.ok()) return s;
   if (request->id() == 0) return Invalid("id must be a task id (ListTasks shows them)");
   return admin_.Call("GetTask", *request, response);
 }
@@ -114,6 +136,7 @@ grpc::Status ControlService::GetTask(grpc::ServerContext*, const v1::GetTaskRequ
 grpc::Status ControlService::CancelTask(grpc::ServerContext* context,
                                         const v1::CancelTaskRequest* request,
                                         v1::CancelTaskResponse* response) {
+  if (grpc::Status s = Authorize(*context, true, "CancelTask"); !s.ok()) return s;
   if (request->id() == 0) return Invalid("id must be a task id (ListTasks shows them)");
   if (request->msg().size() > 4096) return Invalid("msg is longer than 4096 bytes");
   grpc::Status status = admin_.Call("CancelTask", *request, response);
@@ -126,6 +149,7 @@ grpc::Status ControlService::CancelTask(grpc::ServerContext* context,
 grpc::Status ControlService::ResizeWorkers(grpc::ServerContext* context,
                                            const v1::ResizeWorkersRequest* request,
                                            v1::ResizeWorkersResponse* response) {
+  if (grpc::Status s = Authorize(*context, true, "ResizeWorkers"); !s.ok()) return s;
   const double wait = request->wait_seconds();
   if (!(wait >= 0 && wait <= kMaxWaitSeconds)) {
     return Invalid("wait_seconds must be in [0, 600]");
@@ -152,6 +176,7 @@ grpc::Status ControlService::ResizeWorkers(grpc::ServerContext* context,
 grpc::Status ControlService::SetBlockingPool(grpc::ServerContext* context,
                                              const v1::SetBlockingPoolRequest* request,
                                              v1::SetBlockingPoolResponse* response) {
+  if (grpc::Status s = Authorize(*context, true, "SetBlockingPool"); !s.ok()) return s;
   if (request->max_threads() == 0 && request->idle_ttl_seconds() == 0) {
     return Invalid("give max_threads, idle_ttl_seconds or both");
   }
@@ -164,6 +189,7 @@ grpc::Status ControlService::SetBlockingPool(grpc::ServerContext* context,
 
 grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
                                    grpc::ServerWriter<v1::WatchUpdate>* writer) {
+  if (grpc::Status s = Authorize(*context, false, "Watch"); !s.ok()) return s;
   double interval = request->interval_seconds();
   if (interval == 0) interval = 1.0;
   if (!(interval >= limits_.min_watch_interval_seconds && interval <= 3600)) {
@@ -213,6 +239,7 @@ grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::Watch
 
 grpc::Status ControlService::Drain(grpc::ServerContext* context, const v1::DrainRequest*,
                                    v1::DrainResponse* response) {
+  if (grpc::Status s = Authorize(*context, true, "Drain"); !s.ok()) return s;
   const bool was = draining_.exchange(true, std::memory_order_relaxed);
   response->set_already_draining(was);
   if (hooks_.set_serving) hooks_.set_serving(false);
@@ -223,6 +250,7 @@ grpc::Status ControlService::Drain(grpc::ServerContext* context, const v1::Drain
 grpc::Status ControlService::Shutdown(grpc::ServerContext* context,
                                       const v1::ShutdownRequest* request,
                                       grpc::ServerWriter<v1::ShutdownProgress>* writer) {
+  if (grpc::Status s = Authorize(*context, true, "Shutdown"); !s.ok()) return s;
   const double grace = request->grace_seconds();
   if (!(grace >= 0 && grace <= 3600)) return Invalid("grace_seconds must be in [0, 3600]");
   v1::ShutdownProgress begun;  // The core answers {"joined": ...}.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "control/src/admin_client.h"
+#include "control/src/token_auth.h"
 #include "mt/control/v1/control.grpc.pb.h"
 
 namespace mt::control {
@@ -28,6 +29,10 @@ struct ServiceHooks {
   std::function<std::uint64_t()> refused_connections;
   // Where audit lines go (default: stderr).
   std::function<void(const std::string&)> audit;
+  // What the caller of a call may do (default: everything).
+  std::function<Role(const grpc::ServerContext&)> role;
+  // Calls turned away before reaching the service (bad or missing token).
+  std::function<std::uint64_t()> unauthenticated_calls;
 };
 
 // mt.control.v1.RuntimeControl over the admin boundary. Handlers run on
@@ -68,6 +73,10 @@ class ControlService final : public v1::RuntimeControl::Service {
 
  private:
   void Audit(const grpc::ServerContext& context, const std::string& what) const;
+  // OK when the caller may make this call: any role may read, only admins
+  // may change anything (`method` names the call in the denial).
+  grpc::Status Authorize(const grpc::ServerContext& context, bool mutating,
+                         const char* method);
   // The core's GetRuntime document as the message.
   grpc::Status GetRuntime(v1::RuntimeInfo* out) const;
 
@@ -77,6 +86,7 @@ class ControlService final : public v1::RuntimeControl::Service {
   const ServiceLimits limits_;
   std::atomic<int> watchers_{0};
   std::atomic<bool> draining_{false};
+  std::atomic<std::uint64_t> denied_{0};  // PERMISSION_DENIED and UNAUTHENTICATED here.
 };
 
 }  // namespace mt::control

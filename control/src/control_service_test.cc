@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "control/src/peer_listener.h"
+#include "control/src/testing/fake_core.h"
 #include "gtest/gtest.h"
 #include "runtime/admin/snapshot_json.h"
 #include "runtime/runtime.h"
@@ -25,50 +26,14 @@
 namespace mt::control {
 namespace {
 
-// The core's side of the boundary, played by the test: answers come from
-// `answer`, which sees each method and its JSON request.
-struct FakeCore {
-  std::mutex mu;
-  std::function<std::pair<int, std::string>(const std::string&, const std::string&)> answer;
-  std::map<std::string, std::string> last_request;
-};
-FakeCore* fake = nullptr;
-
-MtAdminResponse FakeCall(const char* method, size_t method_size, const char* request,
-                         size_t request_size) {
-  const std::string m(method, method_size), r(request, request_size);
-  std::pair<int, std::string> a;
-  {
-    std::lock_guard<std::mutex> lock(fake->mu);
-    fake->last_request[m] = r;
-    a = fake->answer(m, r);
-  }
-  MtAdminResponse out{};
-  out.code = a.first;
-  out.body = static_cast<char*>(std::malloc(a.second.size() + 1));
-  std::memcpy(out.body, a.second.data(), a.second.size());
-  out.body_size = a.second.size();
-  return out;
-}
-
-void FakeFree(MtAdminResponse* r) {
-  std::free(r->body);
-  r->body = nullptr;
-}
-
-const MtAdminAbi kFakeAbi = {kMtAdminAbiVersion, sizeof(MtAdminAbi), FakeCall, FakeFree};
-
-// Bazel's TEST_TMPDIR is too deep for a Unix socket path (108 bytes).
-std::string SocketPath() {
-  char dir[] = "/tmp/mt-control-test-XXXXXX";
-  if (mkdtemp(dir) == nullptr) return "";
-  return std::string(dir) + "/control.sock";
-}
+using testing::FakeAbi;
+using testing::FakeCore;
+using testing::SocketPath;
 
 class ControlServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    fake = &core_;
+    testing::InstallFakeCore(&core_);
     core_.answer = [this](const std::string& m, const std::string&) {
       if (m == "GetRuntime") {
         return std::make_pair(0, runtime::admin::RuntimeSnapshotToJson(rt_->Snapshot()));
@@ -107,7 +72,7 @@ class ControlServiceTest : public ::testing::Test {
       std::lock_guard<std::mutex> lock(audit_mu_);
       audit_.push_back(line);
     };
-    service_ = std::make_unique<ControlService>(AdminClient(&kFakeAbi), interpreter, hooks,
+    service_ = std::make_unique<ControlService>(AdminClient(FakeAbi()), interpreter, hooks,
                                                 limits);
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
@@ -129,7 +94,7 @@ class ControlServiceTest : public ::testing::Test {
     if (server_) server_->Shutdown();
     if (!path_.empty()) rmdir(path_.substr(0, path_.rfind('/')).c_str());
     rt_->Shutdown();
-    fake = nullptr;
+    testing::InstallFakeCore(nullptr);
   }
 
   FakeCore core_;
@@ -300,13 +265,14 @@ TEST(PeerCredListenerTest, SocketIsPrivateWhateverTheUmask) {
 }
 
 TEST(AdminClientTest, RefusesAnotherAbiVersion) {
-  MtAdminAbi other = kFakeAbi;
+  const MtAdminAbi& fake_abi = *FakeAbi();
+  MtAdminAbi other = fake_abi;
   other.abi_version = kMtAdminAbiVersion + 1;
   EXPECT_NE(AdminClient::Check(&other).find("version"), std::string::npos);
-  MtAdminAbi small = kFakeAbi;
+  MtAdminAbi small = fake_abi;
   small.struct_size = 8;
   EXPECT_NE(AdminClient::Check(&small), "");
-  EXPECT_EQ(AdminClient::Check(&kFakeAbi), "");
+  EXPECT_EQ(AdminClient::Check(&fake_abi), "");
   EXPECT_NE(AdminClient::Check(nullptr), "");
 }
 

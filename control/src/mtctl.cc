@@ -50,7 +50,12 @@ options:
   -o, --output FMT    table (default), wide (more columns) or json
   --json              same as -o json
   --tls-ca FILE       CA certificate for a HOST:PORT target
-  --token-file FILE   bearer token for a HOST:PORT target
+  --tls-cert FILE     client certificate (a server with a client CA asks
+  --tls-key FILE        for one), and its key
+  --tls-server-name N the name the server's certificate must carry, when
+                      it is not the target's host
+  --token-file FILE   bearer token for a HOST:PORT target (the admin or the
+                      read-only one; default $MTCTL_TOKEN_FILE)
   -h, --help          show this help and exit
 
 commands:
@@ -93,6 +98,9 @@ struct Options {
   double timeout_seconds = 5;
   Format format = Format::kTable;
   std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
   std::string token_file;
   std::vector<std::string> args;  // The command and its arguments.
 };
@@ -167,9 +175,15 @@ class Client {
       target = "unix://" + DefaultSocketDir() + "/" + target + ".sock";
     }
     std::shared_ptr<grpc::ChannelCredentials> creds;
+    std::string token_file = opts_.token_file;
+    if (token_file.empty()) {
+      if (const char* env = std::getenv("MTCTL_TOKEN_FILE")) token_file = env;
+    }
+    grpc::ChannelArguments args;
     if (target.rfind("unix:", 0) == 0) {
-      if (!opts_.tls_ca.empty() || !opts_.token_file.empty()) {
-        return UsageError("--tls-ca and --token-file are for HOST:PORT targets");
+      if (!opts_.tls_ca.empty() || !opts_.tls_cert.empty() || !opts_.tls_key.empty() ||
+          !opts_.tls_server_name.empty() || !opts_.token_file.empty()) {
+        return UsageError("the --tls-* options and --token-file are for HOST:PORT targets");
       }
       const std::string path = target.substr(target.rfind("unix://", 0) == 0 ? 7 : 5);
       struct stat st {};
@@ -181,20 +195,35 @@ class Client {
     } else {
       // The control plane serves TCP only over TLS, with a token.
       if (opts_.tls_ca.empty()) return UsageError("a HOST:PORT target needs --tls-ca");
+      if (opts_.tls_cert.empty() != opts_.tls_key.empty()) {
+        return UsageError("--tls-cert and --tls-key go together");
+      }
+      if (token_file.empty()) {
+        return UsageError("a HOST:PORT target needs --token-file (or $MTCTL_TOKEN_FILE)");
+      }
       grpc::SslCredentialsOptions ssl;
       if (!ReadFile(opts_.tls_ca, &ssl.pem_root_certs)) return kExitUsage;
-      creds = grpc::SslCredentials(ssl);
-      if (!opts_.token_file.empty()) {
-        std::string token;
-        if (!ReadFile(opts_.token_file, &token)) return kExitUsage;
-        while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
-          token.pop_back();
-        }
-        token_ = token;
+      if (!opts_.tls_cert.empty() && (!ReadFile(opts_.tls_cert, &ssl.pem_cert_chain) ||
+                                      !ReadFile(opts_.tls_key, &ssl.pem_private_key))) {
+        return kExitUsage;
       }
+      creds = grpc::SslCredentials(ssl);
+      if (!opts_.tls_server_name.empty()) {
+        args.SetSslTargetNameOverride(opts_.tls_server_name);
+      }
+      std::string token;
+      if (!ReadFile(token_file, &token)) return kExitUsage;
+      while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+        token.pop_back();
+      }
+      while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front()))) {
+        token.erase(token.begin());
+      }
+      if (token.empty()) return UsageError("the token file " + token_file + " is empty");
+      token_ = token;
     }
     target_ = target;
-    channel_ = grpc::CreateChannel(target, creds);
+    channel_ = grpc::CreateCustomChannel(target, creds, args);
     stub_ = v1::RuntimeControl::NewStub(channel_);
     return kExitOk;
   }
@@ -950,6 +979,12 @@ int ParseGlobal(int argc, char** argv, Options* opts) {
       if (r < 0) return UsageError("--target needs a value");
     } else if ((r = value(arg, "--tls-ca", &opts->tls_ca)) != 0) {
       if (r < 0) return UsageError("--tls-ca needs a value");
+    } else if ((r = value(arg, "--tls-cert", &opts->tls_cert)) != 0) {
+      if (r < 0) return UsageError("--tls-cert needs a value");
+    } else if ((r = value(arg, "--tls-key", &opts->tls_key)) != 0) {
+      if (r < 0) return UsageError("--tls-key needs a value");
+    } else if ((r = value(arg, "--tls-server-name", &opts->tls_server_name)) != 0) {
+      if (r < 0) return UsageError("--tls-server-name needs a value");
     } else if ((r = value(arg, "--token-file", &opts->token_file)) != 0) {
       if (r < 0) return UsageError("--token-file needs a value");
     } else if ((r = value(arg, "--timeout", &v)) != 0) {

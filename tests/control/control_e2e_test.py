@@ -140,8 +140,46 @@ def test_serve_rejects_bad_paths(tmp_path):
         with pytest.raises(FileExistsError):
             mt_asyncio.control.serve(regular)
         assert regular.read_text() == "keep me"
-    with pytest.raises(NotImplementedError, match="TCP"):
-        mt_asyncio.control.serve(tcp="127.0.0.1:0")
+
+
+def _secret(path, text, mode=0o600):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+    return path
+
+
+def test_tcp_is_served_only_with_tls_and_a_good_token(tmp_path, socket_path):
+    serve = mt_asyncio.control.serve
+    token = _secret(tmp_path / "admin.token", "a" * 32 + "\n")
+    cert, key = tmp_path / "cert.pem", _secret(tmp_path / "key.pem", "")
+    cert.write_text("")
+    with pytest.raises(ValueError, match="needs TLS"):
+        serve(socket_path, tcp="127.0.0.1:0", token_file=token)
+    with pytest.raises(ValueError, match="bearer token"):
+        serve(socket_path, tcp="127.0.0.1:0", tls_cert=cert, tls_key=key)
+    with pytest.raises(ValueError, match="give tcp="):
+        serve(socket_path, token_file=token)
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        serve(socket_path, tcp="8080", tls_cert=cert, tls_key=key, token_file=token)
+    tls = {"tcp": ("127.0.0.1", 0), "tls_cert": cert, "tls_key": key}
+    # Tokens: private to this user, long enough, distinct, printable.
+    with pytest.raises(PermissionError, match="other users"):
+        serve(socket_path, token_file=_secret(tmp_path / "open.token", "b" * 32, 0o644), **tls)
+    with pytest.raises(ValueError, match="fewer than 16"):
+        serve(socket_path, token_file=_secret(tmp_path / "short.token", "short"), **tls)
+    with pytest.raises(ValueError, match="printable"):
+        serve(socket_path, token_file=_secret(tmp_path / "sp.token", "c" * 10 + " " + "c" * 10),
+              **tls)
+    with pytest.raises(ValueError, match="must differ"):
+        serve(socket_path, token_file=token, readonly_token_file=token, **tls)
+    # The key file is a secret too.
+    _secret(tmp_path / "open.key", "", 0o604)
+    with pytest.raises(PermissionError, match="TLS key"):
+        serve(socket_path, token_file=token, tcp="127.0.0.1:0", tls_cert=cert,
+              tls_key=tmp_path / "open.key")
+    assert not os.path.exists(socket_path)  # Nothing half-started.
 
 
 def test_a_live_socket_is_not_taken_over_and_a_stale_one_is(socket_path):

@@ -24,6 +24,7 @@ import time
 
 import mt_asyncio
 import mt_asyncio.asyncio as asyncio
+import mt_asyncio.control
 
 counters = {"batches": 0, "batch_tasks_done": 0, "pipeline_items": 0,
             "thread_jobs": 0, "finally_ran": 0, "cancelled": 0, "requests": 0}
@@ -125,7 +126,9 @@ async def main(args):
         never = threading.Event()
         tasks.append(asyncio.create_task(
             guarded(asyncio.to_thread, never.wait), name="hung-thread-job"))
-    emit(event="ready", pid=__import__("os").getpid(), port=port)
+    control = mt_asyncio.control._from_env
+    emit(event="ready", pid=__import__("os").getpid(), port=port,
+         control_tcp_port=control.tcp_port if control is not None else None)
     try:
         async with server:
             # One task cancelled by an operator does not end the service.

@@ -21,6 +21,9 @@ import time
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # certs.py, beside this file.
+import certs  # noqa: E402
+
 APP = os.path.join(HERE, "service_app.py")
 MTCTL = os.path.join(os.environ.get("TEST_SRCDIR", ""), "mt_asyncio", "control", "mtctl")
 WAIT = 30
@@ -29,12 +32,12 @@ WAIT = 30
 class Service:
     """A service_app.py process and its event stream."""
 
-    def __init__(self, *args, threads=2):
+    def __init__(self, *args, threads=2, env=None):
         # A short private runtime folder: the socket path must fit 107 bytes.
         self.runtime_dir = tempfile.mkdtemp(prefix="mtsvc-", dir="/tmp")
         self.env = dict(os.environ, MT_ASYNCIO_CONTROL="1",
                         XDG_RUNTIME_DIR=self.runtime_dir,
-                        PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+                        PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **(env or {}))
         self.env.pop("MTCTL_TARGET", None)
         self.proc = subprocess.Popen(
             [sys.executable, APP, "--threads", str(threads), *args],
@@ -46,6 +49,7 @@ class Service:
         ready = self.wait_for("ready")
         self.pid = ready["pid"]
         self.port = ready["port"]
+        self.control_tcp_port = ready["control_tcp_port"]
         self.socket = os.path.join(self.runtime_dir, "mt_asyncio", f"{self.pid}.sock")
         deadline = time.monotonic() + WAIT
         while not os.path.exists(self.socket):
@@ -382,3 +386,122 @@ def test_many_watchers_are_bounded_and_released(service):
     assert _rss_kib(service.pid) < rss_before + 64 * 1024  # Bounded: well under 64 MiB.
     batch = service.wait_for("batch")
     assert batch["done"] == batch["expected"]
+
+
+@pytest.fixture(scope="module")
+def tls_files():
+    folder = tempfile.mkdtemp(prefix="mtcerts-", dir="/tmp")
+    try:
+        why = certs.make(folder)
+        if why:
+            pytest.skip(why)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def tls_service(tls_files):
+    svc = Service(env={
+        "MT_ASYNCIO_CONTROL_TCP": "127.0.0.1:0",
+        "MT_ASYNCIO_CONTROL_TLS_CERT": os.path.join(tls_files, "server.pem"),
+        "MT_ASYNCIO_CONTROL_TLS_KEY": os.path.join(tls_files, "server.key"),
+        "MT_ASYNCIO_CONTROL_TOKEN_FILE": os.path.join(tls_files, "admin.token"),
+        "MT_ASYNCIO_CONTROL_READONLY_TOKEN_FILE": os.path.join(tls_files, "readonly.token"),
+    })
+    try:
+        assert svc.control_tcp_port, "the TCP listener did not start: " + "".join(svc.stderr)
+        yield svc
+    finally:
+        svc.close()
+
+
+def _over_tls(svc, tls_files, token, *args, check=False):
+    return svc.mtctl("--target", f"127.0.0.1:{svc.control_tcp_port}",
+                     "--tls-ca", os.path.join(tls_files, "ca.pem"),
+                     "--token-file", os.path.join(tls_files, token), *args,
+                     target=False, check=check)
+
+
+def test_tcp_serves_tls_with_tokens_and_read_only_cannot_mutate(tls_service, tls_files):
+    svc = tls_service
+    info = json.loads(_over_tls(svc, tls_files, "admin.token", "-o", "json", "info",
+                                check=True).stdout)
+    assert info["pid"] == svc.pid
+    # The read-only token reads everything...
+    assert "IDX" in _over_tls(svc, tls_files, "readonly.token", "workers", check=True).stdout
+    tasks = json.loads(_over_tls(svc, tls_files, "readonly.token", "-o", "json", "ps",
+                                 "--name", "spinner", check=True).stdout)["tasks"]
+    assert len(tasks) == 4
+    assert _over_tls(svc, tls_files, "readonly.token", "health", check=True).stdout.strip() \
+        == "SERVING"
+    # ...and changes nothing: every mutating command is PERMISSION_DENIED.
+    for args in (("scale", "workers", "3"), ("scale", "blocking", "4"),
+                 ("cancel", tasks[0]["id"]), ("drain",), ("shutdown", "--grace", "1")):
+        denied = _over_tls(svc, tls_files, "readonly.token", *args)
+        assert denied.returncode == 1 and "PERMISSION_DENIED" in denied.stderr, (args, denied)
+    state = svc.json("info")
+    assert state["runtime"]["state"] == "RUNTIME_STATE_RUNNING"
+    assert state["control"]["draining"] is False
+    assert state["runtime"]["config"]["worker_threads"] == 2
+    # A wrong token gets nothing at all.
+    wrong = os.path.join(tls_files, "wrong.token")
+    fd = os.open(wrong, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("0" * 48)
+    refused = _over_tls(svc, tls_files, "wrong.token", "info")
+    assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
+    # The admin token may change things, and the change is audited with
+    # the caller's identity.
+    out = json.loads(_over_tls(svc, tls_files, "admin.token", "-o", "json", "scale",
+                               "workers", "3", "--wait", "10", check=True).stdout)
+    assert out["target"] == 3 and out["converged"]
+    deadline = time.monotonic() + WAIT
+    while not any("tls role=admin" in line and "ResizeWorkers target=3" in line
+                  for line in svc.stderr):
+        assert time.monotonic() < deadline, svc.stderr
+        time.sleep(0.05)
+    assert any("PERMISSION_DENIED" in line and "tls role=read-only" in line
+               for line in svc.stderr)
+    assert int(svc.json("info")["control"]["rejected_calls"]) == 6
+    batch = svc.wait_for("batch")
+    assert batch["done"] == batch["expected"]
+
+
+def test_tcp_without_tls_is_refused(tls_service):
+    # Plain HTTP/2 on the TLS port: no gRPC answer, the handshake fails.
+    with socket.create_connection(("127.0.0.1", tls_service.control_tcp_port),
+                                  timeout=WAIT) as s:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00" * 64)
+        try:
+            data = s.recv(100)
+        except ConnectionResetError:
+            data = b""
+    # Nothing, or a TLS alert record (content type 21): never an HTTP/2 frame.
+    assert data == b"" or data[0] == 0x15, data
+    assert tls_service.json("info")["runtime"]["state"] == "RUNTIME_STATE_RUNNING"
+
+
+def test_grpcurl_over_tls_needs_a_token(tls_service, tls_files):
+    grpcurl = _grpcurl()
+    if grpcurl is None:
+        pytest.skip("grpcurl is not installed (tools/setup.sh builds it when Go is present)")
+    with open(os.path.join(tls_files, "readonly.token")) as f:
+        token = f.read().strip()
+    base = [grpcurl, "-cacert", os.path.join(tls_files, "ca.pem"), "-max-time", "10"]
+    address = f"127.0.0.1:{tls_service.control_tcp_port}"
+
+    def call(*args, auth=True):
+        header = ["-H", f"authorization: Bearer {token}"] if auth else []
+        return subprocess.run([*base, *header, address, *args], capture_output=True,
+                              text=True, timeout=WAIT)
+
+    listed = call("list")
+    assert listed.returncode == 0, listed.stderr
+    assert "mt.control.v1.RuntimeControl" in listed.stdout.split()
+    info = call("mt.control.v1.RuntimeControl/GetInfo")
+    assert info.returncode == 0 and json.loads(info.stdout)["pid"] == tls_service.pid
+    anonymous = call("mt.control.v1.RuntimeControl/GetInfo", auth=False)
+    assert anonymous.returncode != 0 and "Unauthenticated" in anonymous.stderr
+    drain = call("mt.control.v1.RuntimeControl/Drain")
+    assert drain.returncode != 0 and "PermissionDenied" in drain.stderr

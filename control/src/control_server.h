@@ -1,0 +1,69 @@
+#ifndef MT_CONTROL_SRC_CONTROL_SERVER_H_
+#define MT_CONTROL_SRC_CONTROL_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "control/src/control_service.h"
+#include "control/src/peer_listener.h"
+#include "control/src/token_auth.h"
+#include "runtime/admin/admin_abi.h"
+
+namespace mt::control {
+
+// The TCP listener: TLS always, a bearer token on every call.
+struct TcpOptions {
+  std::string address;  // "HOST:PORT"; port 0 picks a free one.
+  std::string cert_chain_pem;
+  std::string private_key_pem;
+  // Non-empty: mutual TLS, clients must present a certificate this CA signed.
+  std::string client_ca_pem;
+  BearerTokens tokens;  // `admin` required; `read_only` optional.
+};
+
+struct ServerOptions {
+  std::string socket_path;  // The Unix socket (always served).
+  std::optional<TcpOptions> tcp;
+  v1::InterpreterInfo interpreter;
+  ServiceLimits limits;
+};
+
+// Bounds on what callers can make the server hold.
+inline constexpr int kMaxReceiveMessageBytes = 64 * 1024;
+inline constexpr int kMaxConcurrentStreamsPerConnection = 16;
+inline constexpr int kMaxServerThreads = 48;
+
+// mt.control.v1, grpc.health.v1 and server reflection on the Unix socket
+// (peer uid checked) and, when asked, on a TLS port with bearer tokens.
+class ControlServer {
+ public:
+  // `abi` must have passed AdminClient::Check and outlive the server.
+  static absl::StatusOr<std::unique_ptr<ControlServer>> Start(const MtAdminAbi* abi,
+                                                              ServerOptions options);
+  ~ControlServer() { Stop(0); }
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // The TCP port bound (0 without TCP).
+  int tcp_port() const { return tcp_port_; }
+  // Stops accepting; calls in progress get `grace_seconds`. Idempotent.
+  void Stop(double grace_seconds);
+
+ private:
+  ControlServer() = default;
+
+  std::unique_ptr<BearerTokens> tokens_;  // Stable address for the processor.
+  std::shared_ptr<BearerTokenProcessor> processor_;
+  std::unique_ptr<PeerCredListener> listener_;
+  std::unique_ptr<ControlService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int tcp_port_ = 0;
+};
+
+}  // namespace mt::control
+
+#endif  // MT_CONTROL_SRC_CONTROL_SERVER_H_

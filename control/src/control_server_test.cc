@@ -1,0 +1,233 @@
+// The TLS listener: tokens on every call, roles per call, mutual TLS, and
+// what the server refuses to start with.
+
+#include "control/src/control_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "control/src/testing/fake_core.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+
+namespace mt::control {
+namespace {
+
+using testing::FakeAbi;
+using testing::FakeCore;
+
+constexpr char kAdminToken[] = "admin-token-0123456789abcdef";
+constexpr char kReadOnlyToken[] = "read-only-token-0123456789abcdef";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+// A CA, a server certificate for 127.0.0.1/localhost and a client
+// certificate (CN "ops"), made with the openssl command into `dir`.
+bool MakeCertificates(const std::string& dir) {
+  const std::string script =
+      "set -e; cd '" + dir +
+      "'; "
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key "
+      "-out ca.pem -days 2 -subj '/CN=test CA'; "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key "
+      "-out server.csr -subj '/CN=localhost'; "
+      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > san.ext; "
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+      "-out server.pem -days 2 -extfile san.ext; "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout client.key "
+      "-out client.csr -subj '/CN=ops'; "
+      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+      "-out client.pem -days 2";
+  return std::system(("(" + script + ") >/dev/null 2>&1").c_str()) == 0;
+}
+
+class TlsServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "the openssl command is not installed (it makes the test certificates)";
+    }
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ = std::string(tmp != nullptr ? tmp : "/tmp") + "/certs";
+    mkdir(dir_.c_str(), 0700);
+    ASSERT_TRUE(MakeCertificates(dir_));
+    core_.answer = [](const std::string& m, const std::string&) {
+      if (m == "GetRuntime") return std::make_pair(0, std::string("{\"state\":\"running\"}"));
+      return std::make_pair(0, std::string("{}"));
+    };
+    testing::InstallFakeCore(&core_);
+  }
+
+  void TearDown() override {
+    if (server_) server_->Stop(0);
+    server_.reset();
+    if (!socket_path_.empty()) rmdir(socket_path_.substr(0, socket_path_.rfind('/')).c_str());
+    testing::InstallFakeCore(nullptr);
+  }
+
+  TcpOptions Tcp(bool mutual = false) {
+    TcpOptions tcp;
+    tcp.address = "127.0.0.1:0";
+    tcp.cert_chain_pem = ReadFile(dir_ + "/server.pem");
+    tcp.private_key_pem = ReadFile(dir_ + "/server.key");
+    if (mutual) tcp.client_ca_pem = ReadFile(dir_ + "/ca.pem");
+    tcp.tokens.admin = kAdminToken;
+    tcp.tokens.read_only = kReadOnlyToken;
+    return tcp;
+  }
+
+  absl::Status Start(TcpOptions tcp) {
+    socket_path_ = testing::SocketPath();
+    ServerOptions options;
+    options.socket_path = socket_path_;
+    options.tcp = std::move(tcp);
+    auto server = ControlServer::Start(FakeAbi(), std::move(options));
+    if (!server.ok()) return server.status();
+    server_ = *std::move(server);
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<grpc::Channel> TlsChannel(bool client_certificate = false) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ReadFile(dir_ + "/ca.pem");
+    if (client_certificate) {
+      ssl.pem_cert_chain = ReadFile(dir_ + "/client.pem");
+      ssl.pem_private_key = ReadFile(dir_ + "/client.key");
+    }
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->tcp_port()),
+                               grpc::SslCredentials(ssl));
+  }
+
+  static std::unique_ptr<grpc::ClientContext> Context(const std::string& authorization) {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (!authorization.empty()) c->AddMetadata("authorization", authorization);
+    return c;
+  }
+
+  static grpc::StatusCode GetInfo(v1::RuntimeControl::Stub& stub, const std::string& auth,
+                                  v1::GetInfoResponse* out = nullptr) {
+    v1::GetInfoResponse info;
+    const grpc::Status s = stub.GetInfo(Context(auth).get(), v1::GetInfoRequest(), &info);
+    if (out != nullptr) *out = info;
+    return s.error_code();
+  }
+
+  static grpc::StatusCode Drain(v1::RuntimeControl::Stub& stub, const std::string& auth) {
+    v1::DrainResponse r;
+    return stub.Drain(Context(auth).get(), v1::DrainRequest(), &r).error_code();
+  }
+
+  FakeCore core_;
+  std::string dir_;
+  std::string socket_path_;
+  std::unique_ptr<ControlServer> server_;
+};
+
+TEST(TokenAuthTest, ComparesWholeTokensAndGrantsTheirRoles) {
+  EXPECT_TRUE(ConstantTimeEquals("secret", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secreT", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secret-and-more", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("secre", "secret"));
+  EXPECT_FALSE(ConstantTimeEquals("", "secret"));
+  BearerTokens tokens{"admin-token", "read-token"};
+  EXPECT_EQ(tokens.RoleOf("Bearer admin-token"), Role::kAdmin);
+  EXPECT_EQ(tokens.RoleOf("bearer  read-token "), Role::kReadOnly);
+  EXPECT_EQ(tokens.RoleOf("Bearer admin-toke"), Role::kNone);
+  EXPECT_EQ(tokens.RoleOf("Basic admin-token"), Role::kNone);
+  EXPECT_EQ(tokens.RoleOf("admin-token"), Role::kNone);
+  EXPECT_EQ(tokens.RoleOf("Bearer "), Role::kNone);
+  BearerTokens admin_only{"admin-token", ""};
+  EXPECT_EQ(admin_only.RoleOf("Bearer "), Role::kNone);  // The empty token is no token.
+}
+
+TEST_F(TlsServerTest, EveryCallNeedsATokenAndRolesHoldPerCall) {
+  ASSERT_TRUE(Start(Tcp()).ok());
+  ASSERT_GT(server_->tcp_port(), 0);
+  auto stub = v1::RuntimeControl::NewStub(TlsChannel());
+  const std::string admin = std::string("Bearer ") + kAdminToken;
+  const std::string read_only = std::string("Bearer ") + kReadOnlyToken;
+
+  EXPECT_EQ(GetInfo(*stub, ""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(GetInfo(*stub, "Bearer wrong-token-0123456789abcdef"),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(GetInfo(*stub, std::string("Basic ") + kAdminToken),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(GetInfo(*stub, read_only), grpc::StatusCode::OK);
+  EXPECT_EQ(Drain(*stub, read_only), grpc::StatusCode::PERMISSION_DENIED);
+  // One connection, alternating tokens: an admin call lends nothing to the
+  // read-only calls after it.
+  EXPECT_EQ(Drain(*stub, admin), grpc::StatusCode::OK);
+  EXPECT_EQ(Drain(*stub, read_only), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Drain(*stub, ""), grpc::StatusCode::UNAUTHENTICATED);
+
+  v1::GetInfoResponse info;
+  ASSERT_EQ(GetInfo(*stub, admin, &info), grpc::StatusCode::OK);
+  EXPECT_TRUE(info.control().draining());
+  EXPECT_EQ(info.control().rejected_calls(), 6u);
+
+  // Health and reflection sit behind the same gate.
+  auto health = grpc::health::v1::Health::NewStub(TlsChannel());
+  grpc::health::v1::HealthCheckResponse checked;
+  EXPECT_EQ(health->Check(Context("").get(), {}, &checked).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(health->Check(Context(read_only).get(), {}, &checked).ok());
+  EXPECT_EQ(checked.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+
+  // The Unix socket needs no token: its peers' uid is checked instead.
+  auto local = v1::RuntimeControl::NewStub(
+      grpc::CreateChannel("unix://" + socket_path_, grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(Drain(*local, ""), grpc::StatusCode::OK);
+}
+
+TEST_F(TlsServerTest, PlaintextIsNotServedOverTcp) {
+  ASSERT_TRUE(Start(Tcp()).ok());
+  auto plain = v1::RuntimeControl::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->tcp_port()),
+                          grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(GetInfo(*plain, std::string("Bearer ") + kAdminToken),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(TlsServerTest, MutualTlsNeedsACertificateFromTheClientCa) {
+  ASSERT_TRUE(Start(Tcp(/*mutual=*/true)).ok());
+  const std::string admin = std::string("Bearer ") + kAdminToken;
+  auto without = v1::RuntimeControl::NewStub(TlsChannel(false));
+  EXPECT_EQ(GetInfo(*without, admin), grpc::StatusCode::UNAVAILABLE);
+  auto with = v1::RuntimeControl::NewStub(TlsChannel(true));
+  EXPECT_EQ(GetInfo(*with, admin), grpc::StatusCode::OK);
+  EXPECT_EQ(GetInfo(*with, ""), grpc::StatusCode::UNAUTHENTICATED);  // Still a token.
+}
+
+TEST_F(TlsServerTest, RefusesTcpWithoutTlsOrTokens) {
+  TcpOptions no_tls = Tcp();
+  no_tls.private_key_pem.clear();
+  EXPECT_EQ(Start(no_tls).code(), absl::StatusCode::kInvalidArgument);
+  TcpOptions no_token = Tcp();
+  no_token.tokens.admin.clear();
+  EXPECT_EQ(Start(no_token).code(), absl::StatusCode::kInvalidArgument);
+  TcpOptions same = Tcp();
+  same.tokens.read_only = same.tokens.admin;
+  EXPECT_EQ(Start(same).code(), absl::StatusCode::kInvalidArgument);
+  // A key gRPC cannot load: no server, and no socket file left behind.
+  TcpOptions bad_key = Tcp();
+  bad_key.private_key_pem = "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n";
+  EXPECT_FALSE(Start(bad_key).ok());
+  EXPECT_NE(access(socket_path_.c_str(), F_OK), 0);
+}
+
+}  // namespace
+}  // namespace mt::control
