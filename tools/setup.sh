@@ -19,6 +19,9 @@ PIP_PACKAGES=("pybind11>=3.0" "pytest>=8")
 # Libraries the network suite runs unmodified on the parallel loop
 # (tests/libs); each has a wheel for free-threaded 3.14 on PyPI.
 LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio)
+# h2 (pure Python HTTP/2): the control plane's fuzz suite crafts requests
+# with it.
+TEST_PACKAGES=(h2)
 # Peers //pyext:bench measures against: uvloop in the same interpreter; the
 # seed's own implementation (import name mt_asyncio, like ours) in a venv
 # of its own, only for a free-threaded interpreter (its only wheels).
@@ -62,10 +65,10 @@ then
   echo "setup: installing ${PIP_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}"
 fi
-if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, uvloop" 2>/dev/null; then
-  echo "setup: installing ${LIB_PACKAGES[*]} ${BENCH_PACKAGES[*]} into $python"
+if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, uvloop, h2" 2>/dev/null; then
+  echo "setup: installing ${LIB_PACKAGES[*]} ${BENCH_PACKAGES[*]} ${TEST_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-    "${LIB_PACKAGES[@]}" "${BENCH_PACKAGES[@]}"
+    "${LIB_PACKAGES[@]}" "${BENCH_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
 fi
 if [ "$free_threaded" = 1 ] && [ ! -x "$SEED_VENV/bin/python" ]; then
   echo "setup: the seed's implementation ($SEED_PACKAGE) into $SEED_VENV (benchmarks only)"

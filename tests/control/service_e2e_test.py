@@ -8,92 +8,18 @@ would, and checks what the service itself reports.
 
 import json
 import os
-import queue
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)  # certs.py, beside this file.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # The helpers beside it.
 import certs  # noqa: E402
-
-APP = os.path.join(HERE, "service_app.py")
-MTCTL = os.path.join(os.environ.get("TEST_SRCDIR", ""), "mt_asyncio", "control", "mtctl")
-WAIT = 30
-
-
-class Service:
-    """A service_app.py process and its event stream."""
-
-    def __init__(self, *args, threads=2, env=None):
-        # A short private runtime folder: the socket path must fit 107 bytes.
-        self.runtime_dir = tempfile.mkdtemp(prefix="mtsvc-", dir="/tmp")
-        self.env = dict(os.environ, MT_ASYNCIO_CONTROL="1",
-                        XDG_RUNTIME_DIR=self.runtime_dir,
-                        PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **(env or {}))
-        self.env.pop("MTCTL_TARGET", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, APP, "--threads", str(threads), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
-        self.events = queue.Queue()
-        self.stderr = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
-        ready = self.wait_for("ready")
-        self.pid = ready["pid"]
-        self.port = ready["port"]
-        self.control_tcp_port = ready["control_tcp_port"]
-        self.socket = os.path.join(self.runtime_dir, "mt_asyncio", f"{self.pid}.sock")
-        deadline = time.monotonic() + WAIT
-        while not os.path.exists(self.socket):
-            assert time.monotonic() < deadline, "the control socket never appeared"
-            time.sleep(0.01)
-
-    def _read(self):
-        for line in self.proc.stdout:
-            try:
-                self.events.put(json.loads(line))
-            except ValueError:
-                self.events.put({"event": "text", "line": line})
-        self.events.put({"event": "eof"})
-
-    def _read_err(self):
-        for line in self.proc.stderr:
-            self.stderr.append(line)
-
-    def wait_for(self, name, timeout=WAIT):
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, f"no {name!r} event; stderr: {''.join(self.stderr)[-2000:]}"
-            event = self.events.get(timeout=left)
-            if event["event"] == name:
-                return event
-            assert event["event"] != "eof", f"exited before {name!r}: {''.join(self.stderr)}"
-
-    def mtctl(self, *args, check=True, target=True, timeout=WAIT):
-        argv = [MTCTL, *(("--target", str(self.pid)) if target else ()), *args]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              env=self.env)
-        if check:
-            assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
-        return proc
-
-    def json(self, *args):
-        return json.loads(self.mtctl("-o", "json", *args).stdout)
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(WAIT)
-        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+from harness import MTCTL, WAIT, Service, grpcurl_path, rss_kib  # noqa: E402
 
 
 @pytest.fixture
@@ -309,19 +235,8 @@ def test_top_draws_and_quits(service):
     assert "busiest tasks" in out and "spinner" in out
 
 
-def _grpcurl():
-    import pwd
-    explicit = os.environ.get("MT_GRPCURL")
-    if explicit:
-        return explicit
-    # tools/setup.sh builds it here (HOME may be moved by the test runner).
-    home = pwd.getpwuid(os.getuid()).pw_dir
-    path = os.path.join(home, ".cache", "mt_asyncio", "bin", "grpcurl")
-    return path if os.access(path, os.X_OK) else shutil.which("grpcurl")
-
-
 def test_grpcurl_discovers_and_calls_by_reflection(service):
-    grpcurl = _grpcurl()
+    grpcurl = grpcurl_path()
     if grpcurl is None:
         pytest.skip("grpcurl is not installed (tools/setup.sh builds it when Go is present)")
 
@@ -345,20 +260,12 @@ def test_grpcurl_discovers_and_calls_by_reflection(service):
     assert len(tasks["tasks"]) == 2 and tasks["next_page_token"]
 
 
-def _rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def test_many_watchers_are_bounded_and_released(service):
     # More Watch streams than the server keeps (32): the rest get
     # RESOURCE_EXHAUSTED; when the clients go, every place is freed; the
     # service's memory stays bounded and it keeps serving.
     service.wait_for("batch")
-    rss_before = _rss_kib(service.pid)
+    rss_before = rss_kib(service.pid)
     argv = [MTCTL, "--target", str(service.pid), "-o", "json", "watch", "--interval", "0.1"]
     clients = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=service.env) for _ in range(48)]
@@ -383,7 +290,7 @@ def test_many_watchers_are_bounded_and_released(service):
     while int(service.json("info")["control"]["watchers"]) != 0:
         assert time.monotonic() < deadline, "watcher places were not released"
         time.sleep(0.1)
-    assert _rss_kib(service.pid) < rss_before + 64 * 1024  # Bounded: well under 64 MiB.
+    assert rss_kib(service.pid) < rss_before + 64 * 1024  # Bounded: well under 64 MiB.
     batch = service.wait_for("batch")
     assert batch["done"] == batch["expected"]
 
@@ -483,7 +390,7 @@ def test_tcp_without_tls_is_refused(tls_service):
 
 
 def test_grpcurl_over_tls_needs_a_token(tls_service, tls_files):
-    grpcurl = _grpcurl()
+    grpcurl = grpcurl_path()
     if grpcurl is None:
         pytest.skip("grpcurl is not installed (tools/setup.sh builds it when Go is present)")
     with open(os.path.join(tls_files, "readonly.token")) as f:
