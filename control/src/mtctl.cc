@@ -347,9 +347,9 @@ void PrintInfo(const v1::GetInfoResponse& info) {
                Duration(cfg.blocking_idle_ttl_seconds()));
   absl::PrintF("stalls       %d (threshold %s); shutdown grace %s\n", rt.stalls_detected(),
                Duration(cfg.stall_threshold_seconds()), Duration(cfg.shutdown_grace_seconds()));
-  absl::PrintF("control      %s, %d watchers, %d connections refused\n",
+  absl::PrintF("control      %s, %d watchers, %d connections refused, %d calls rejected\n",
                info.control().draining() ? "draining" : "serving", info.control().watchers(),
-               info.control().refused_connections());
+               info.control().refused_connections(), info.control().rejected_calls());
 }
 
 void PrintWorkers(const v1::ListWorkersResponse& r, bool wide) {

@@ -54,7 +54,9 @@ def test_private_socket_and_every_read_command(service):
     loops = service.json("loops")["loops"]
     assert len(loops) == 1 and loops[0]["state"] == "LOOP_STATE_RUNNING"
     assert int(loops[0]["tasks"]["pending"]) >= 8
-    assert "LOOP" not in service.mtctl("loops").stdout.splitlines()[0] or True
+    table = service.mtctl("loops").stdout.splitlines()
+    assert table[0].split()[:3] == ["ID", "STATE", "TASKS"], table
+    assert table[1].split()[:2] == [str(loops[0]["id"]), "running"], table
 
     tasks = service.json("ps", "--all")
     names = {t["name"] for t in tasks["tasks"]}
@@ -80,6 +82,38 @@ def test_private_socket_and_every_read_command(service):
     assert service.mtctl("health").stdout.strip() == "SERVING"
     listed = service.mtctl("list", target=False).stdout
     assert str(service.pid) in listed and "running" in listed
+
+
+def test_every_command_in_table_and_json(service):
+    # What the other cases read in one format only, in the other one too.
+    lines = service.mtctl("watch", "--interval", "0.1", "--count", "2").stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["#1", "#2"], lines
+    updates = [json.loads(line) for line in
+               service.mtctl("-o", "json", "watch", "--interval", "0.1", "--count", "2",
+                             "--loops").stdout.splitlines()]
+    assert [int(u["sequence"]) for u in updates] == [1, 2]
+    assert updates[0]["loops"][0]["state"] == "LOOP_STATE_RUNNING"
+    assert service.json("health") == {"status": "SERVING"}
+    listed = json.loads(service.mtctl("-o", "json", "list", target=False).stdout)
+    assert [entry["info"]["pid"] for entry in listed] == [service.pid]
+    text = service.mtctl("scale", "workers", "3", "--wait", "10").stdout
+    assert text.startswith("workers: 2 -> 3 (3 live)"), text
+    text = service.mtctl("scale", "blocking", "5").stdout
+    assert text.startswith("blocking max threads: ") and "-> 5;" in text, text
+    spinner = service.json("ps", "--name", "spinner-1")["tasks"][0]
+    assert service.json("cancel", spinner["id"]) == {"cancelled": True}
+    assert service.json("drain") == {"already_draining": False}
+    assert service.json("drain") == {"already_draining": True}
+
+
+def test_shutdown_in_json(service):
+    progress = [json.loads(line) for line in
+                service.mtctl("-o", "json", "shutdown", "--grace", "1", "--wait")
+                .stdout.splitlines()]
+    assert progress, "no progress lines"
+    assert progress[0]["state"] != "RUNTIME_STATE_RUNNING"
+    assert all(p["joined"] is False for p in progress)
+    assert service.proc.wait(WAIT) == 0
 
 
 def test_scale_workers_while_batches_run_loses_nothing(service):
