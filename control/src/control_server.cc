@@ -72,6 +72,7 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   builder.RegisterService(self->service_.get());
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreamsPerConnection);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, options.handshake_timeout_ms);
   grpc::ResourceQuota quota("mt_asyncio_control");
   quota.SetMaxThreads(kMaxServerThreads);
   builder.SetResourceQuota(quota);

@@ -25,17 +25,21 @@ struct TcpOptions {
   BearerTokens tokens;  // `admin` required; `read_only` optional.
 };
 
+// Bounds on what callers can make the server hold.
+inline constexpr int kMaxReceiveMessageBytes = 64 * 1024;
+inline constexpr int kMaxConcurrentStreamsPerConnection = 16;
+inline constexpr int kMaxServerThreads = 48;
+inline constexpr int kHandshakeTimeoutMs = 10'000;
+
 struct ServerOptions {
   std::string socket_path;  // The Unix socket (always served).
   std::optional<TcpOptions> tcp;
   v1::InterpreterInfo interpreter;
   ServiceLimits limits;
+  // A TCP peer that connects and never finishes the TLS handshake holds a
+  // descriptor this long (gRPC's default is 120 s).
+  int handshake_timeout_ms = kHandshakeTimeoutMs;
 };
-
-// Bounds on what callers can make the server hold.
-inline constexpr int kMaxReceiveMessageBytes = 64 * 1024;
-inline constexpr int kMaxConcurrentStreamsPerConnection = 16;
-inline constexpr int kMaxServerThreads = 48;
 
 // mt.control.v1, grpc.health.v1 and server reflection on the Unix socket
 // (peer uid checked) and, when asked, on a TLS port with bearer tokens.

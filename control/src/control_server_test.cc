@@ -3,7 +3,11 @@
 
 #include "control/src/control_server.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,9 +93,10 @@ class TlsServerTest : public ::testing::Test {
     return tcp;
   }
 
-  absl::Status Start(TcpOptions tcp) {
+  absl::Status Start(TcpOptions tcp, int handshake_timeout_ms = kHandshakeTimeoutMs) {
     socket_path_ = testing::SocketPath();
     ServerOptions options;
+    options.handshake_timeout_ms = handshake_timeout_ms;
     options.socket_path = socket_path_;
     options.tcp = std::move(tcp);
     auto server = ControlServer::Start(FakeAbi(), std::move(options));
@@ -200,6 +205,26 @@ TEST_F(TlsServerTest, PlaintextIsNotServedOverTcp) {
                           grpc::InsecureChannelCredentials()));
   EXPECT_EQ(GetInfo(*plain, std::string("Bearer ") + kAdminToken),
             grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(TlsServerTest, APeerThatNeverHandshakesIsDisconnected) {
+  ASSERT_TRUE(Start(Tcp(), /*handshake_timeout_ms=*/300).ok());
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(server_->tcp_port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  // Silent: the server gives up on the handshake and closes (EOF or a
+  // reset), well before the test's own 10 s limit.
+  pollfd p{fd, POLLIN, 0};
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(poll(&p, 1, 10'000), 1);
+  char buf[64];
+  EXPECT_LE(read(fd, buf, sizeof(buf)), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  close(fd);
 }
 
 TEST_F(TlsServerTest, MutualTlsNeedsACertificateFromTheClientCa) {

@@ -127,11 +127,14 @@ class Server(events.AbstractServer):
                 return
             listeners, self._listeners = self._listeners, []
             self._serving = False
-            no_clients = not self._clients
         with _live_lock:
             _live.discard(self)
+        # A listener's close waits for an accept in progress on another
+        # worker to attach its connection: counted below, not missed.
         for listener in listeners:
             listener.close()
+        with self._lock:
+            no_clients = not self._clients
         for sock in sockets:
             self._close_socket(sock)
         fut = self._serving_forever_fut

@@ -129,7 +129,8 @@ class Conn final : public ConnectionUnit {
   PyObject* writable_waiter_ = nullptr;
 
   // --- the unit's own (on the strand) ---
-  bool attached_ = false;  // server_._attach() was called.
+  bool attached_ = false;  // server_._attach() was called (an accepted
+                           // connection: by the acceptor, before the first wake).
   bool eof_seen_ = false;
 
   // Sends from the buffer until it is empty or the socket is full. Under
@@ -201,7 +202,7 @@ bool Conn::Start() {
       return false;
     }
   }
-  if (server_ != nullptr) {
+  if (server_ != nullptr && !attached_) {
     PyObject* res = CallMethod(server_, "_attach", transport_);
     if (res == nullptr) PyErr_WriteUnraisable(server_);
     Py_XDECREF(res);
@@ -913,6 +914,12 @@ class Acceptor final : public rt_task::Task {
   // nullptr): accepted connections are its children.
   Strand* owner_ = nullptr;
   std::atomic<bool> closed_{false};
+  // Held from accept() until the connection is attached to its server,
+  // and by close: once close has it, every connection accepted so far is
+  // attached (so server.close() and wait_closed() count it) and no more
+  // are accepted. A PyMutex: a thread that waits for it detaches from the
+  // interpreter, so a stop-the-world pause cannot deadlock on it.
+  PyMutex accept_mu_{};
   // Wakes the acceptor a second after accept() ran out of descriptors.
   runtime::time::TimerEntry retry_;
   std::chrono::steady_clock::time_point retry_at_{};  // Only the unit.
@@ -946,6 +953,12 @@ void Acceptor::StartConnection(int fd) {
   Py_DECREF(sock);
   c->factory_ = Py_NewRef(factory_);
   c->server_ = Py_NewRef(server_);
+  // Attached now, as stdlib's transports attach when they are made: a
+  // server closed from here on waits for this connection too.
+  PyObject* attached = CallMethod(server_, "_attach", transport);
+  if (attached == nullptr) PyErr_WriteUnraisable(server_);
+  Py_XDECREF(attached);
+  c->attached_ = true;
   // A strand of its own under the server's owner, queued on this worker:
   // idle workers steal it, so connections from one listening socket spread
   // over every worker.
@@ -969,13 +982,16 @@ bool Acceptor::Poll() {
   std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kRead, this);
   if (!ready) return false;
   for (int i = 0; i < backlog_; ++i) {
-    if (closed_.load(std::memory_order_acquire)) return true;
-    const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      StartConnection(fd);
-      continue;
+    PyMutex_Lock(&accept_mu_);
+    if (closed_.load(std::memory_order_acquire)) {
+      PyMutex_Unlock(&accept_mu_);
+      return true;
     }
+    const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     const int err = errno;
+    if (fd >= 0) StartConnection(fd);
+    PyMutex_Unlock(&accept_mu_);
+    if (fd >= 0) continue;
     if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
     if (err == EAGAIN || err == EWOULDBLOCK) {
       driver.ClearReadiness(io_, io::Direction::kRead, *ready);
@@ -1016,7 +1032,9 @@ int Listener_traverse(PyObject* self, visitproc visit, void* arg) {
 void CloseAcceptor(ListenerObject* l) {
   Acceptor* a = std::exchange(l->acceptor, nullptr);
   if (a == nullptr) return;
+  PyMutex_Lock(&a->accept_mu_);  // Lets an accept in progress attach first.
   a->closed_.store(true, std::memory_order_release);
+  PyMutex_Unlock(&a->accept_mu_);
   if (a->io_ != nullptr) FdTableUnregisterTransport(a->loop_, a->fd_);
   LoopRuntime(a->loop_).driver().timers().Cancel(&a->retry_);
   a->Cancel();
