@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "control/src/table.h"
@@ -213,14 +214,8 @@ class Client {
       }
       std::string token;
       if (!ReadFile(token_file, &token)) return kExitUsage;
-      while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
-        token.pop_back();
-      }
-      while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front()))) {
-        token.erase(token.begin());
-      }
-      if (token.empty()) return UsageError("the token file " + token_file + " is empty");
-      token_ = token;
+      token_ = std::string(absl::StripAsciiWhitespace(token));
+      if (token_.empty()) return UsageError("the token file " + token_file + " is empty");
     }
     target_ = target;
     channel_ = grpc::CreateCustomChannel(target, creds, args);

@@ -26,6 +26,16 @@ std::string_view BearerToken(std::string_view authorization) {
 
 std::string_view View(const grpc::string_ref& s) { return {s.data(), s.size()}; }
 
+// " cn=<name>" for each common name of the client's certificate (mutual
+// TLS), or "".
+std::string CommonNames(const grpc::AuthContext& context) {
+  std::string out;
+  for (const grpc::string_ref& cn : context.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
+    out += " cn=" + std::string(View(cn));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string_view RoleName(Role role) {
@@ -91,10 +101,7 @@ void BearerTokenProcessor::LogRejection(const grpc::AuthContext& context, const 
     count = unlogged_;
     unlogged_ = 0;
   }
-  std::string who;
-  for (const grpc::string_ref& cn : context.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
-    who += " cn=" + std::string(View(cn));
-  }
+  const std::string who = CommonNames(context);
   std::fprintf(stderr,
                "mt_asyncio control: UNAUTHENTICATED over TLS%s: %s (%llu since the last line)\n",
                who.c_str(), why, static_cast<unsigned long long>(count));
@@ -127,11 +134,7 @@ Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens) 
 
 std::string DescribeTlsCaller(const grpc::ServerContext& context, Role role) {
   std::string out = "tls role=" + std::string(RoleName(role));
-  if (const auto auth = context.auth_context(); auth != nullptr) {
-    for (const grpc::string_ref& cn : auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
-      out += " cn=" + std::string(View(cn));
-    }
-  }
+  if (const auto auth = context.auth_context(); auth != nullptr) out += CommonNames(*auth);
   out += " peer=" + context.peer();
   return out;
 }
