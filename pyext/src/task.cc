@@ -54,6 +54,8 @@ PyObject* task_get_stack = nullptr;
 PyObject* task_print_stack = nullptr;
 PyObject* get_event_loop = nullptr;
 PyObject* iscoroutine = nullptr;
+PyObject* stdlib_task_type = nullptr;  // _asyncio.Task
+PyObject* str_loop = nullptr;
 PyObject* str_throw = nullptr;
 PyObject* str_cancel = nullptr;
 PyObject* str_add_done_callback = nullptr;
@@ -207,6 +209,20 @@ PyObject* MakeCancelled(PyObject* msg) {
 }
 
 // What the coroutine yielded: decide what to wait for.
+// Cancels what a task waits for: 1 cancelled, 0 it was done, -1 error.
+// Only a plain Future is cancelled in place; anything else — a Task above
+// all, whose cancel() must throw into its coroutine so its cleanup runs,
+// or a subclass overriding cancel() — through its cancel() method.
+int CancelWaiter(PyObject* waiter, PyObject* msg) {
+  if (Py_IS_TYPE(waiter, FutureType())) {
+    return FutureCancel(reinterpret_cast<FutureObject*>(waiter), msg);
+  }
+  PyObject* r = PyObject_CallMethodOneArg(waiter, str_cancel, msg);
+  const int cancelled = r == nullptr ? -1 : PyObject_IsTrue(r);
+  Py_XDECREF(r);
+  return cancelled;
+}
+
 void HandleYield(PyObject* self, PyObject* result) {
   TaskObject* t = AsTask(self);
   PyObject* loop = t->base.loop;
@@ -303,16 +319,7 @@ void HandleYield(PyObject* self, PyObject* result) {
       }
       Py_END_CRITICAL_SECTION();
       if (cancel_now) {
-        int cancelled;
-        if (ours) {
-          cancelled = FutureCancel(reinterpret_cast<FutureObject*>(result),
-                                   msg != nullptr ? msg : Py_None);
-        } else {
-          PyObject* r = PyObject_CallMethodOneArg(result, str_cancel,
-                                                  msg != nullptr ? msg : Py_None);
-          cancelled = r == nullptr ? -1 : PyObject_IsTrue(r);
-          Py_XDECREF(r);
-        }
+        const int cancelled = CancelWaiter(result, msg != nullptr ? msg : Py_None);
         if (cancelled < 0) PyErr_WriteUnraisable(self);
         if (cancelled > 0) {
           Py_BEGIN_CRITICAL_SECTION(self);
@@ -570,6 +577,20 @@ int Task_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   return TaskInitialize(self, coro, loop, name, context, eager != 0);
 }
 
+// Task(coro, loop=L) with a loop that is not ours (a stdlib loop someone
+// made explicitly while compat.install() points asyncio.Task here) makes
+// stdlib's Task, which is what that loop runs. Subclasses are left alone.
+PyObject* Task_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  if (type == task_type && kwargs != nullptr) {
+    PyObject* loop = nullptr;
+    if (PyDict_GetItemRef(kwargs, str_loop, &loop) < 0) return nullptr;
+    const bool foreign = loop != nullptr && loop != Py_None && !IsLoop(loop);
+    Py_XDECREF(loop);
+    if (foreign) return PyObject_Call(stdlib_task_type, args, kwargs);
+  }
+  return FutureType()->tp_new(type, args, kwargs);
+}
+
 int Task_traverse(PyObject* self, visitproc visit, void* arg) {
   TaskObject* t = AsTask(self);
   Py_VISIT(t->coro);
@@ -636,14 +657,7 @@ PyObject* Task_cancel(PyObject* self, PyObject* args, PyObject* kwargs) {
     }
     first = false;
     if (waiter == nullptr) Py_RETURN_TRUE;
-    int cancelled;
-    if (PyObject_TypeCheck(waiter, FutureType())) {
-      cancelled = FutureCancel(reinterpret_cast<FutureObject*>(waiter), msg);
-    } else {
-      PyObject* r = PyObject_CallMethodOneArg(waiter, str_cancel, msg);
-      cancelled = r == nullptr ? -1 : PyObject_IsTrue(r);
-      Py_XDECREF(r);
-    }
+    const int cancelled = CancelWaiter(waiter, msg);
     if (cancelled < 0) {
       Py_DECREF(waiter);
       return nullptr;
@@ -939,6 +953,7 @@ PyGetSetDef task_getset[] = {
 };
 
 PyType_Slot task_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(Task_new)},
     {Py_tp_init, reinterpret_cast<void*>(Task_init)},
     {Py_tp_dealloc, reinterpret_cast<void*>(Task_dealloc)},
     {Py_tp_traverse, reinterpret_cast<void*>(Task_traverse)},
@@ -1016,19 +1031,22 @@ int RegisterTaskType(PyObject* module) {
   task_print_stack = PyObject_GetAttrString(base_tasks, "_task_print_stack");
   get_event_loop = PyObject_GetAttrString(events, "get_event_loop");
   iscoroutine = PyObject_GetAttrString(coroutines, "iscoroutine");
+  stdlib_task_type = PyObject_GetAttrString(asyncio_c, "Task");
   Py_DECREF(asyncio_c);
   Py_DECREF(base_tasks);
   Py_DECREF(events);
   Py_DECREF(coroutines);
   str_throw = PyUnicode_InternFromString("throw");
   str_cancel = PyUnicode_InternFromString("cancel");
+  str_loop = PyUnicode_InternFromString("loop");
   str_add_done_callback = PyUnicode_InternFromString("add_done_callback");
   str_get_loop = PyUnicode_InternFromString("get_loop");
   str_blocking = PyUnicode_InternFromString("_asyncio_future_blocking");
   str_context = PyUnicode_InternFromString("context");
   kwnames_context = PyTuple_Pack(1, str_context);
   if (!enter_task || !leave_task || !swap_current_task || !task_repr || !task_get_stack ||
-      !task_print_stack || !get_event_loop || !iscoroutine || !kwnames_context) {
+      !task_print_stack || !get_event_loop || !iscoroutine || !kwnames_context ||
+      !stdlib_task_type || !str_loop) {
     return -1;
   }
   task_type = reinterpret_cast<PyTypeObject*>(PyType_FromModuleAndSpec(

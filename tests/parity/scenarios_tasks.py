@@ -346,3 +346,60 @@ async def task_context_changes_not_visible_to_parent(aio):
 
     r = await aio.create_task(child())
     return [r, var.get()]
+
+
+@scenario
+async def task_cancel_reaches_awaited_task(aio):
+    # Cancelling a task that awaits another task cancels that task through
+    # its cancel(): its coroutine sees CancelledError and its cleanup runs
+    # (not just its future marked cancelled).
+    seen = []
+    started = aio.Event()
+
+    async def inner():
+        started.set()
+        try:
+            await aio.sleep(10)
+        except aio.CancelledError:
+            seen.append("inner cancelled")
+            raise
+        finally:
+            seen.append("inner finally")
+
+    async def outer():
+        t = aio.create_task(inner())
+        try:
+            await t
+        finally:
+            seen.append(["outer finally", t.cancelled()])
+
+    o = aio.create_task(outer())
+    await started.wait()
+    await aio.sleep(0)
+    o.cancel()
+    r = await aobserve(o)
+    return [r[:2], seen, o.cancelled()]
+
+
+@scenario
+async def task_cancel_awaiting_task_that_fails_in_cleanup(aio):
+    # The awaited task turns the cancel into an error while unwinding:
+    # the awaiting task gets that error, not a CancelledError.
+    started = aio.Event()
+
+    async def inner():
+        started.set()
+        try:
+            await aio.sleep(10)
+        except aio.CancelledError:
+            await aio.sleep(0)
+            raise ValueError("cleanup failed")
+
+    async def outer():
+        return await aio.create_task(inner())
+
+    o = aio.create_task(outer())
+    await started.wait()
+    o.cancel()
+    r = await aobserve(o)
+    return [r[:2], o.cancelled(), o.cancelling()]
