@@ -119,14 +119,16 @@ int LeaveIfFailed(AwaiterObject* aw, int rc) {
 int WaitStart(AwaiterObject* aw) {
   BarrierObject* b = AsBarrier(aw->owner);
   return LeaveIfFailed(
-      aw, AwaiterTryOrQueue(aw, &b->base.mu, b->base.waiters, WaitTryLocked));
+      aw, AwaiterTryOrQueue(aw, &b->base.mu, b->base.waiters, WaitTryLocked,
+                        &b->base.loop));
 }
 
 // Woken by a notify_all: look again (the barrier may still be filling).
 int WaitWoken(AwaiterObject* aw) {
   BarrierObject* b = AsBarrier(aw->owner);
   return LeaveIfFailed(
-      aw, AwaiterLookAgain(aw, &b->base.mu, b->base.waiters, WaitTryLocked));
+      aw, AwaiterLookAgain(aw, &b->base.mu, b->base.waiters, WaitTryLocked,
+                       &b->base.loop));
 }
 
 // Cancelled or closed while waiting: one that had arrived leaves (stdlib's
@@ -334,6 +336,7 @@ PyGetSetDef barrier_getset[] = {
     {"_state", Barrier_get_state, nullptr, nullptr, nullptr},
     {"_count", Barrier_get_count, nullptr, nullptr, nullptr},
     {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
+    {"_loop", PrimitiveGetLoop, PrimitiveSetLoop, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 

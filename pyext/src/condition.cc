@@ -77,7 +77,7 @@ int StartWaiting(WaitObject* w) {
     if (locked == 0) PyErr_SetString(PyExc_RuntimeError, "cannot wait on un-acquired lock");
     return -1;
   }
-  FutureObject* fut = NewWaiterFuture();
+  FutureObject* fut = NewWaiterFuture(w->cond, &c->base.mu, &c->base.loop);
   if (fut == nullptr) return -1;
   PyObject* inner = FutureAwaitIter(fut);
   if (inner == nullptr) {
@@ -129,6 +129,17 @@ void LeaveQueue(WaitObject* w, bool pass_on) {
   PyErr_SetRaisedException(saved);
 }
 
+// The wait ends by raising `exc` (consumed). As asyncio's wait() does on
+// any error, another waiter is notified first: this one may have been
+// notified before the error (a cancel racing a notify()), and that wakeup
+// must not be lost; when it was not, the other gets a spurious wakeup,
+// which a condition variable allows.
+void EndWithError(WaitObject* w, PyObject* exc) {
+  w->phase = kDone;
+  Notify(AsCondition(w->cond), 1);
+  PyErr_SetRaisedException(exc);
+}
+
 int StartReacquiring(WaitObject* w) {
   w->phase = kReacquiring;
   PyObject* acquiring =
@@ -144,19 +155,20 @@ int StartReacquiring(WaitObject* w) {
 int OnError(WaitObject* w, PyObject* exc) {
   Py_CLEAR(w->inner);
   if (w->phase == kWaiting) {
-    LeaveQueue(w, /*pass_on=*/true);
+    // The notification this waiter may have had is passed on when the
+    // error is raised, once the lock is held again (EndWithError).
+    LeaveQueue(w, /*pass_on=*/false);
   } else if (!PyErr_GivenExceptionMatches(exc, CancelledErrorType())) {
     // Only a cancel is retried, as asyncio's loop does; anything else
     // ends the wait without the lock.
-    w->phase = kDone;
     Py_CLEAR(w->error);
-    PyErr_SetRaisedException(exc);
+    EndWithError(w, exc);
     return -1;
   }
   Py_XSETREF(w->error, exc);
   if (StartReacquiring(w) < 0) {
-    w->phase = kDone;
     Py_CLEAR(w->error);
+    EndWithError(w, PyErr_GetRaisedException());
     return -1;
   }
   return 0;
@@ -180,15 +192,16 @@ PySendResult Drive(WaitObject* w, PyObject** out) {
     if (w->phase == kWaiting) {  // Notified: take the lock again.
       LeaveQueue(w, /*pass_on=*/false);
       if (StartReacquiring(w) < 0) {
-        w->phase = kDone;
+        EndWithError(w, PyErr_GetRaisedException());
         return PYGEN_ERROR;
       }
       continue;
     }
     w->phase = kDone;  // The lock is held again.
     if (w->error != nullptr) {
-      PyErr_SetRaisedException(w->error);
+      PyObject* error = w->error;
       w->error = nullptr;
+      EndWithError(w, error);
       return PYGEN_ERROR;
     }
     *out = Py_NewRef(Py_True);
@@ -239,8 +252,9 @@ PyObject* Wait_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
       Py_CLEAR(w->inner);
       w->phase = kDone;
       if (w->error != nullptr) {
-        PyErr_SetRaisedException(w->error);
+        PyObject* error = w->error;
         w->error = nullptr;
+        EndWithError(w, error);
         return nullptr;
       }
       SetStopIterationValue(Py_True);
@@ -428,6 +442,7 @@ PyMethodDef condition_methods[] = {
 PyGetSetDef condition_getset[] = {
     {"_lock", Condition_get_lock, nullptr, nullptr, nullptr},
     {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
+    {"_loop", PrimitiveGetLoop, PrimitiveSetLoop, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 

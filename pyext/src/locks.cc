@@ -97,17 +97,17 @@ void LockWakeFirst(LockObject* lock) {
 
 int LockStart(AwaiterObject* aw) {
   PrimitiveObject* p = AsPrimitive(aw->owner);
-  return AwaiterTryOrQueue(aw, &p->mu, p->waiters, LockTryLocked);
+  return AwaiterTryOrQueue(aw, &p->mu, p->waiters, LockTryLocked, &p->loop);
 }
 
 int SemaphoreStart(AwaiterObject* aw) {
   PrimitiveObject* p = AsPrimitive(aw->owner);
-  return AwaiterTryOrQueue(aw, &p->mu, p->waiters, SemaphoreTryLocked);
+  return AwaiterTryOrQueue(aw, &p->mu, p->waiters, SemaphoreTryLocked, &p->loop);
 }
 
 int EventStart(AwaiterObject* aw) {
   PrimitiveObject* p = AsPrimitive(aw->owner);
-  return AwaiterTryOrQueue(aw, &p->mu, p->waiters, EventTryLocked);
+  return AwaiterTryOrQueue(aw, &p->mu, p->waiters, EventTryLocked, &p->loop);
 }
 
 // Woken: the lock was handed to this waiter (nobody can take it before it
@@ -172,11 +172,22 @@ const AwaiterOps kEventWait = {"wait", EventStart, EventWoken, EventAbandon};
 
 // --- Lock -------------------------------------------------------------------------------
 
-// Lock() and Event() take no arguments.
+// Lock() and Event() take no arguments; the errors read as asyncio's
+// (whose __init__ is a Python function taking only self).
 template <const char* kName>
 int InitNoArguments(PyObject*, PyObject* args, PyObject* kwargs) {
-  if (PyTuple_GET_SIZE(args) != 0 || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0)) {
-    PyErr_Format(PyExc_TypeError, "%s() takes no arguments", kName);
+  if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
+    Py_ssize_t pos = 0;
+    PyObject* key;
+    PyDict_Next(kwargs, &pos, &key, nullptr);
+    PyErr_Format(PyExc_TypeError, "%s.__init__() got an unexpected keyword argument '%S'",
+                 kName, key);
+    return -1;
+  }
+  if (PyTuple_GET_SIZE(args) != 0) {
+    PyErr_Format(PyExc_TypeError,
+                 "%s.__init__() takes 1 positional argument but %zd were given", kName,
+                 PyTuple_GET_SIZE(args) + 1);
     return -1;
   }
   return 0;
@@ -244,6 +255,7 @@ PyMethodDef lock_methods[] = {
 PyGetSetDef lock_getset[] = {
     {"_locked", Lock_get_locked, nullptr, nullptr, nullptr},
     {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
+    {"_loop", PrimitiveGetLoop, PrimitiveSetLoop, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -272,7 +284,7 @@ int InitSemaphore(PyObject* self, PyObject* args, PyObject* kwargs, bool bounded
   static const char* kwlist[] = {"value", nullptr};
   Py_ssize_t value = 1;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                   bounded ? "|n:BoundedSemaphore" : "|n:Semaphore",
+                                   bounded ? "|n:BoundedSemaphore.__init__" : "|n:Semaphore.__init__",
                                    const_cast<char**>(kwlist), &value)) {
     return -1;
   }
@@ -361,6 +373,7 @@ PyGetSetDef semaphore_getset[] = {
     {"_value", Semaphore_get_value, nullptr, nullptr, nullptr},
     {"_bound_value", Semaphore_get_bound, nullptr, nullptr, nullptr},
     {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
+    {"_loop", PrimitiveGetLoop, PrimitiveSetLoop, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -449,6 +462,7 @@ PyMethodDef event_methods[] = {
 PyGetSetDef event_getset[] = {
     {"_value", Event_get_value, nullptr, nullptr, nullptr},
     {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
+    {"_loop", PrimitiveGetLoop, PrimitiveSetLoop, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 

@@ -139,12 +139,14 @@ PyObject* PrimitiveNew(PyTypeObject* type, PyObject*, PyObject*) {
 
 int PrimitiveTraverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
+  Py_VISIT(AsPrimitive(self)->loop);
   // The GC runs this with the world stopped: no lock needed (or allowed).
   return AsPrimitive(self)->waiters->Traverse(visit, arg);
 }
 
 int PrimitiveClear(PyObject* self) {
   for (FutureObject* f : AsPrimitive(self)->waiters->TakeAll()) Py_DECREF(AsObject(f));
+  Py_CLEAR(AsPrimitive(self)->loop);
   return 0;
 }
 
@@ -155,6 +157,30 @@ void PrimitiveDealloc(PyObject* self) {
   delete AsPrimitive(self)->waiters;
   type->tp_free(self);
   Py_DECREF(type);
+}
+
+PyObject* PrimitiveGetLoop(PyObject* self, void*) {
+  PrimitiveObject* p = AsPrimitive(self);
+  PyObject* loop;
+  {
+    Guard g(&p->mu);
+    loop = p->loop == nullptr ? Py_None : p->loop;
+    Py_INCREF(loop);
+  }
+  return loop;
+}
+
+int PrimitiveSetLoop(PyObject* self, PyObject* value, void*) {
+  PrimitiveObject* p = AsPrimitive(self);
+  PyObject* new_loop = (value == nullptr || value == Py_None) ? nullptr : Py_NewRef(value);
+  PyObject* old;
+  {
+    Guard g(&p->mu);
+    old = p->loop;
+    p->loop = new_loop;
+  }
+  Py_XDECREF(old);  // After unlocking: a finalizer may run.
+  return 0;
 }
 
 PyObject* PrimitiveWaiters(PyObject* self, void*) {
@@ -351,9 +377,22 @@ PyObject* NewAwaiter(const AwaiterOps* ops, PyObject* owner, PyObject* value, Py
 
 PyObject* ReadyNone() { return Py_NewRef(ready_none); }
 
-FutureObject* NewWaiterFuture() {
+FutureObject* NewWaiterFuture(PyObject* owner, PyMutex* mu, PyObject** bound_loop) {
   PyObject* loop = PyObject_CallNoArgs(get_running_loop);
   if (loop == nullptr) return nullptr;
+  if (bound_loop != nullptr) {
+    bool same;
+    {
+      Guard g(mu);
+      if (*bound_loop == nullptr) *bound_loop = Py_NewRef(loop);
+      same = *bound_loop == loop;
+    }
+    if (!same) {
+      Py_DECREF(loop);
+      PyErr_Format(PyExc_RuntimeError, "%R is bound to a different event loop", owner);
+      return nullptr;
+    }
+  }
   PyObject* fut = FutureCreate(loop);
   Py_DECREF(loop);
   return reinterpret_cast<FutureObject*>(fut);
@@ -370,7 +409,7 @@ PyObject* AwaitIter(PyObject* awaitable) {
 }
 
 int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
-                      TryLocked try_locked) {
+                      TryLocked try_locked, PyObject** bound_loop) {
   {
     AfterUnlock after;
     int rc;
@@ -381,7 +420,7 @@ int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
     if (after.Run() < 0) return -1;
     if (rc != 0) return rc;
   }
-  FutureObject* fut = NewWaiterFuture();
+  FutureObject* fut = NewWaiterFuture(aw->owner, mu, bound_loop);
   if (fut == nullptr) return -1;
   PyObject* inner = FutureAwaitIter(fut);
   if (inner == nullptr) {
@@ -407,13 +446,13 @@ int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
 }
 
 int AwaiterLookAgain(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
-                     TryLocked try_locked) {
+                     TryLocked try_locked, PyObject** bound_loop) {
   {
     Guard g(mu);
     queue->Remove(aw->fut);
   }
   Py_CLEAR(aw->fut);
-  return AwaiterTryOrQueue(aw, mu, queue, try_locked);
+  return AwaiterTryOrQueue(aw, mu, queue, try_locked, bound_loop);
 }
 
 int RegisterAwaiterType(PyObject* module) {

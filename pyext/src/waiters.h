@@ -92,6 +92,10 @@ struct PrimitiveObject {
   PyObject_HEAD
   PyMutex mu;
   WaiterQueue* waiters;
+  // The loop the first wait ran on (strong), or nullptr: as asyncio's
+  // primitives do, a primitive is bound to one loop once a task has had
+  // to wait on it, and a wait from another loop raises RuntimeError.
+  PyObject* loop;
 };
 
 inline PrimitiveObject* AsPrimitive(PyObject* o) {
@@ -146,8 +150,16 @@ PyObject* NewAwaiter(const AwaiterOps* ops, PyObject* owner, PyObject* value, Py
 // A shared awaiter that evaluates to None at once (what __aexit__ returns).
 PyObject* ReadyNone();
 // A new waiter future of the running loop (RuntimeError without one).
-// Allocates: never call it under a primitive's mutex.
-FutureObject* NewWaiterFuture();
+// With `bound_loop` (the owner's loop slot, under `mu`), the owner is
+// bound to the running loop on first use, and a wait from another loop
+// raises RuntimeError("<owner> is bound to a different event loop") as
+// asyncio's _LoopBoundMixin does. Allocates: never call it under the
+// owner's mutex.
+FutureObject* NewWaiterFuture(PyObject* owner = nullptr, PyMutex* mu = nullptr,
+                              PyObject** bound_loop = nullptr);
+// `_loop` of a primitive: the loop it is bound to, or None; settable.
+PyObject* PrimitiveGetLoop(PyObject* self, void*);
+int PrimitiveSetLoop(PyObject* self, PyObject* value, void*);
 // What `await awaitable` drives (its __await__ iterator). New reference.
 PyObject* AwaitIter(PyObject* awaitable);
 
@@ -177,13 +189,13 @@ using TryLocked = int (*)(AwaiterObject* aw, AfterUnlock& after);
 // finalizers), then tries again and, if it must still wait, pushes the
 // future on `queue`. Returns 1 / 0 (waiting: aw->fut, aw->inner set) / -1.
 int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
-                      TryLocked try_locked);
+                      TryLocked try_locked, PyObject** bound_loop = nullptr);
 
 // The usual woken op of a wait that is told to look again rather than handed
 // something (queues, Barrier): leaves `queue` (the waker normally popped it
 // already), drops the spent future and tries again as AwaiterTryOrQueue.
 int AwaiterLookAgain(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
-                     TryLocked try_locked);
+                     TryLocked try_locked, PyObject** bound_loop = nullptr);
 
 // Adds mt_asyncio._core.PrimitiveAwaiter. 0, or -1 with an error set.
 int RegisterAwaiterType(PyObject* module);

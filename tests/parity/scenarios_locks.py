@@ -414,3 +414,71 @@ async def lock_and_semaphore_subclasses_overriding_acquire_release(aio):
     async with cond:
         cond.notify()
     return log
+
+
+@scenario
+async def condition_cancel_racing_notify_passes_wakeup(aio):
+    # A waiter notified and then cancelled while it takes the lock again
+    # must pass its wakeup on: the other waiter consumes the item.
+    cond = aio.Condition()
+    state = 0
+    log = []
+
+    async def consumer(i):
+        nonlocal state
+        try:
+            async with cond:
+                while True:
+                    await cond.wait_for(lambda: state != 0)
+                    if state < 0:
+                        return
+                    state -= 1
+                    log.append(f"consumed by {i}")
+        except aio.CancelledError:
+            log.append(f"{i} cancelled")
+            raise
+
+    c = [aio.create_task(consumer(i)) for i in range(2)]
+    await aio.sleep(0)
+    async with cond:
+        state += 1
+        cond.notify(1)
+        await aio.sleep(0)
+        c[0].cancel()
+        # Nobody notifies this waiter: it wakes by the timeout, and the
+        # item must be gone by then (0), not still there (1).
+        try:
+            async with aio.timeout(0.2):
+                await cond.wait_for(lambda: state == 0)
+        except TimeoutError:
+            pass
+        log.append(f"state {state}")
+        state = -1
+        cond.notify_all()
+    await aio.gather(*c, return_exceptions=True)
+    return [state, sorted(log), c[0].cancelled()]
+
+
+@scenario
+async def lock_waited_on_from_second_loop_raises(aio):
+    # Once a task has waited on it, a primitive belongs to that loop: a
+    # wait from a loop in another thread raises RuntimeError.
+    lock = aio.Lock()
+    await lock.acquire()
+    waiter = aio.create_task(lock.acquire())
+    await aio.sleep(0)
+
+    def from_other_loop():
+        async def use():
+            try:
+                await aio.wait_for(lock.acquire(), 1)
+            except BaseException as e:  # noqa: BLE001
+                return [type(e).__name__, "bound to a different event loop" in str(e)]
+            return ["acquired"]
+        return aio.run(use())
+
+    result = await aio.to_thread(from_other_loop)
+    lock.release()
+    await waiter
+    lock.release()
+    return [result, lock.locked()]
