@@ -11,6 +11,7 @@ PriorityQueue uses) gets them called instead, under the queue's mutex.
 
 import collections
 import heapq
+import types
 from asyncio.queues import QueueEmpty, QueueFull, QueueShutDown
 
 from . import _core
@@ -26,6 +27,8 @@ class Queue(_core.Queue):
 
     # "fifo"/"lifo": items kept in C++; None: the class's _init/_put/_get.
     _native_storage = "fifo"
+
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -593,6 +593,27 @@ PyObject* Queue_get_unfinished(PyObject* self, void*) {
   return PyLong_FromSsize_t(n);
 }
 
+// Setting `_unfinished_tasks` (asyncio's attribute is a plain int that
+// tests and subclasses assign): a count of zero releases join() as the
+// last task_done() does.
+int Queue_set_unfinished(PyObject* self, PyObject* value, void*) {
+  if (value == nullptr) {
+    PyErr_SetString(PyExc_AttributeError, "cannot delete _unfinished_tasks");
+    return -1;
+  }
+  const Py_ssize_t n = PyLong_AsSsize_t(value);
+  if (n == -1 && PyErr_Occurred()) return -1;
+  QueueObject* q = AsQueue(self);
+  std::vector<FutureObject*> joiners;
+  {
+    Guard g(&q->mu);
+    q->unfinished = n;
+    if (n <= 0) joiners = q->joiners->PendingSnapshot();
+  }
+  for (FutureObject* f : joiners) WakeWaiter(f, Py_True);
+  return 0;
+}
+
 template <std::uint64_t QueueObject::*kCounter>
 PyObject* Queue_get_counter(PyObject* self, void*) {
   QueueObject* q = AsQueue(self);
@@ -656,7 +677,7 @@ PyGetSetDef queue_getset[] = {
     {"maxsize", Queue_get_maxsize, nullptr, "Number of items allowed in the queue.",
      nullptr},
     {"_maxsize", Queue_get_maxsize, nullptr, nullptr, nullptr},
-    {"_unfinished_tasks", Queue_get_unfinished, nullptr, nullptr, nullptr},
+    {"_unfinished_tasks", Queue_get_unfinished, Queue_set_unfinished, nullptr, nullptr},
     {"_is_shutdown", Queue_get_is_shutdown, nullptr, nullptr, nullptr},
     {"_takes", Queue_get_counter<&QueueObject::takes>, nullptr, nullptr, nullptr},
     {"_stores", Queue_get_counter<&QueueObject::stores>, nullptr, nullptr, nullptr},
