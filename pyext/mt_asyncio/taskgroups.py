@@ -97,24 +97,42 @@ class TaskGroup:
         with self._lock:
             self._done_waiting = True
             parent_cancel_requested = self._parent_cancel_requested
+        # Every raise below clears the locals that hold the errors: this
+        # frame ends up in the raised error's traceback, and must not keep
+        # the errors alive through it (asyncio's tests check for the cycle).
         if self._base_error is not None:
-            raise self._base_error
+            try:
+                raise self._base_error
+            finally:
+                exc = None
         if parent_cancel_requested:
             # We cancelled the parent ourselves; undo it unless someone else
             # also asked for it.
             if self._parent_task.uncancel() == 0:
                 propagate_cancellation_error = None
-        if propagate_cancellation_error is not None and not self._errors:
-            try:
-                raise propagate_cancellation_error
-            finally:
-                propagate_cancellation_error = None
+        try:
+            if propagate_cancellation_error is not None and not self._errors:
+                try:
+                    raise propagate_cancellation_error
+                finally:
+                    exc = None
+        finally:
+            propagate_cancellation_error = None
         if et is not None and not issubclass(et, exceptions.CancelledError):
             self._errors.append(exc)
         if self._errors:
-            errors = self._errors
-            self._errors = None
-            raise BaseExceptionGroup("unhandled errors in a TaskGroup", errors) from None
+            # The parent is also being cancelled from outside: uncancel and
+            # cancel again, so the group's error comes out now and that
+            # cancellation is still delivered at the parent's next await,
+            # with the cancel count unchanged.
+            if self._parent_task.cancelling():
+                self._parent_task.uncancel()
+                self._parent_task.cancel()
+            try:
+                raise BaseExceptionGroup("unhandled errors in a TaskGroup",
+                                         self._errors) from None
+            finally:
+                exc = None
         return None
 
     def create_task(self, coro, *, name=None, context=None):
