@@ -47,6 +47,18 @@ if sys.version_info >= (3, 14):
 # The top-level package re-exports all of the above, plus these.
 _TOP_LEVEL_ONLY = ("Future", "Task", "EventLoop", "sleep")
 
+
+def _new_event_loop():
+    """asyncio.new_event_loop() under compat: our loop, unless a custom
+    event loop policy is in force — then its new_event_loop(), as stdlib
+    calls it."""
+    from . import runners
+    return runners._new_default_loop()
+
+
+# Names whose compat replacement is not mt_asyncio.asyncio's object.
+_REPLACEMENTS = {"new_event_loop": _new_event_loop}
+
 _lock = threading.Lock()
 _saved = None  # {(module name, attribute): original}
 _serial_tasks = False
@@ -84,7 +96,7 @@ def install(*, serial_tasks=True):
             if (module_name, name) in saved:
                 continue
             saved[(module_name, name)] = getattr(module, name)
-            setattr(module, name, getattr(_mt, name))
+            setattr(module, name, _REPLACEMENTS.get(name) or getattr(_mt, name))
         _saved = saved
 
 

@@ -4,6 +4,7 @@ import contextlib
 import contextvars
 import enum
 import functools
+import inspect
 import signal
 import sys
 import threading
@@ -112,6 +113,39 @@ def _serial_tasks():
     return compat is not None and compat.serial_tasks()
 
 
+def _custom_policy():
+    """The event loop policy in force if it is a custom one (it makes its
+    own loops), else None: the default policy, or a subclass of it that
+    still makes stdlib's SelectorEventLoop."""
+    getter = getattr(events, "_get_event_loop_policy", None) or events.get_event_loop_policy
+    policy = getter()
+    base = (getattr(events, "_BaseDefaultEventLoopPolicy", None)
+            or getattr(events, "BaseDefaultEventLoopPolicy"))
+    if (isinstance(policy, base)
+            and type(policy).new_event_loop is base.new_event_loop
+            and getattr(policy, "_loop_factory", None) is _stdlib_selector_loop()):
+        return None
+    return policy
+
+
+def _stdlib_selector_loop():
+    from asyncio import unix_events
+    return unix_events.SelectorEventLoop
+
+
+def _new_default_loop():
+    """The loop asyncio.run()/Runner make without a loop_factory: ours —
+    unless, under compat.install(), a custom event loop policy is in
+    force, whose new_event_loop() stdlib would call (and so do we)."""
+    if sys.modules.get("mt_asyncio.compat") is not None:
+        compat = sys.modules["mt_asyncio.compat"]
+        if compat.installed():
+            policy = _custom_policy()
+            if policy is not None:
+                return policy.new_event_loop()
+    return base_events.new_event_loop()
+
+
 class Runner:
     """Runs coroutines on one mt_asyncio loop and closes it cleanly: the
     same contract as asyncio.Runner."""
@@ -158,21 +192,32 @@ class Runner:
                 "Runner.run() cannot be called from a running event loop")
         self._lazy_init()
         if not coroutines.iscoroutine(coro):
-            if hasattr(coro, "__await__"):
+            # As the running Python's asyncio: 3.14 wraps any awaitable,
+            # 3.13 takes coroutines only.
+            if sys.version_info < (3, 14):
+                raise ValueError(f"a coroutine was expected, got {coro!r}")
+            if inspect.isawaitable(coro):
                 coro = tasks._wrap_awaitable(coro)
             else:
-                raise TypeError(f"a coroutine was expected, got {coro!r}")
+                raise TypeError("An asyncio.Future, a coroutine or an "
+                                "awaitable is required")
         if context is None:
             context = self._context
-        if _serial_tasks():
+        if _serial_tasks() and isinstance(self._loop, _core.Loop):
             task = _core._serial_task(self._loop, coro, context)
         else:
             task = self._loop.create_task(coro, context=context)
         sigint_installed = False
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            signal.signal(signal.SIGINT, functools.partial(self._on_sigint, main_task=task))
-            sigint_installed = True
+            try:
+                signal.signal(signal.SIGINT,
+                              functools.partial(self._on_sigint, main_task=task))
+                sigint_installed = True
+            except ValueError:
+                # The main thread may not take signals (an embedding
+                # interpreter that did not register them): run without.
+                pass
         self._interrupt_count = 0
         try:
             with _busy_while(self, task):
@@ -195,7 +240,7 @@ class Runner:
         if self._state is _State.INITIALIZED:
             return
         if self._loop_factory is None:
-            self._loop = base_events.new_event_loop()
+            self._loop = _new_default_loop()
             if not self._set_event_loop:
                 events.set_event_loop(self._loop)
                 self._set_event_loop = True
