@@ -262,7 +262,19 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
                 logger.error("Exception in default exception handler", exc_info=True)
             return
         try:
-            handler(self, context)
+            # The handler runs in the context of what failed (a task's, a
+            # callback handle's), as in asyncio, so it sees the context
+            # variables the failing code set.
+            thing = context.get("task")
+            if thing is None:
+                thing = context.get("future")
+            if thing is None:
+                thing = context.get("handle")
+            ctx = thing.get_context() if hasattr(thing, "get_context") else None
+            if ctx is not None and hasattr(ctx, "run"):
+                ctx.run(handler, self, context)
+            else:
+                handler(self, context)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:

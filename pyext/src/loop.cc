@@ -470,8 +470,15 @@ class CallbackBatch final : public task::Task {
       PyObject* res = CallInContext(cb.ctx, cb.fn, &fut_, 1);
       check.Done(cb.fn);
       if (res == nullptr) {
+        // Reported in the callback's context, as asyncio's handle does, so
+        // a custom exception handler sees what the callback set.
+        PyObject* exc = PyErr_GetRaisedException();
+        const bool entered = cb.ctx != nullptr && PyContext_Enter(cb.ctx) == 0;
+        if (!entered) PyErr_Clear();
+        PyErr_SetRaisedException(exc);
         LoopReportException(loop_, "Exception in callback ", cb.fn, nullptr,
                             nullptr);
+        if (entered && PyContext_Exit(cb.ctx) < 0) PyErr_WriteUnraisable(loop_);
       } else {
         Py_DECREF(res);
       }
