@@ -91,11 +91,30 @@ class Timeout:
             elif state is _State.ENTERED:
                 self._state = _State.EXITED
         if state is _State.EXPIRING:
-            if (self._task.uncancel() <= self._cancelling
-                    and exc_type is not None
-                    and issubclass(exc_type, exceptions.CancelledError)):
-                raise TimeoutError from exc_val
+            if self._task.uncancel() <= self._cancelling and exc_type is not None:
+                # No other cancel request came: the cancellation is ours.
+                if issubclass(exc_type, exceptions.CancelledError):
+                    raise TimeoutError from exc_val
+                if exc_val is not None:
+                    # Something else was raised while the cancel unwound
+                    # (in a finally): its chain shows the timeout too.
+                    self._insert_timeout_error(exc_val)
+                    if isinstance(exc_val, ExceptionGroup):
+                        for exc in exc_val.exceptions:
+                            self._insert_timeout_error(exc)
         return None
+
+    @staticmethod
+    def _insert_timeout_error(exc_val):
+        """Puts a TimeoutError between the first CancelledError in the
+        error's __context__ chain and what it led to, as asyncio does."""
+        while exc_val.__context__ is not None:
+            if isinstance(exc_val.__context__, exceptions.CancelledError):
+                te = TimeoutError()
+                te.__context__ = te.__cause__ = exc_val.__context__
+                exc_val.__context__ = te
+                break
+            exc_val = exc_val.__context__
 
     def _on_timeout(self):
         with self._lock:
