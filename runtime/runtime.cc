@@ -135,13 +135,26 @@ void Runtime::RequestShutdown() {
   WakeSupervisor();
 }
 
+bool Runtime::RequestShutdownOnce(std::chrono::milliseconds grace) {
+  {
+    // Checked and set together: of callers racing here exactly one wins,
+    // and the grace the supervisor reads is the winner's.
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (state() != RuntimeState::kRunning || shutdown_started_ ||
+        shutdown_requested_.load(std::memory_order_acquire)) {
+      return false;
+    }
+    requested_grace_ms_.store(grace.count(), std::memory_order_release);
+    shutdown_requested_.store(true, std::memory_order_release);
+  }
+  WakeSupervisor();
+  return true;
+}
+
 absl::Status Runtime::BeginShutdown(std::chrono::milliseconds grace) {
-  if (state() != RuntimeState::kRunning ||
-      shutdown_requested_.load(std::memory_order_acquire)) {
+  if (!RequestShutdownOnce(grace)) {
     return absl::FailedPreconditionError("runtime is not running");
   }
-  requested_grace_ms_.store(grace.count(), std::memory_order_release);
-  RequestShutdown();
   return absl::OkStatus();
 }
 
@@ -149,8 +162,7 @@ void Runtime::Shutdown() { Shutdown(config_.shutdown_grace); }
 
 void Runtime::Shutdown(std::chrono::milliseconds grace) {
   if (IsWorkerThread()) {
-    requested_grace_ms_.store(grace.count(), std::memory_order_release);
-    RequestShutdown();
+    RequestShutdownOnce(grace);  // Already requested: that one stands.
     return;
   }
   if (shutdown_runner_.load(std::memory_order_acquire) ==

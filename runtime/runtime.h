@@ -103,6 +103,9 @@ class Runtime final : public admin::AdminApi {
   bool WaitForQuiescence(std::chrono::steady_clock::time_point deadline,
                          bool blocking_too = true);
   void WakeSupervisor();
+  // Requests a shutdown with `grace` for the supervisor to run; false if
+  // the runtime is not running or one was requested or started already.
+  bool RequestShutdownOnce(std::chrono::milliseconds grace);
 
   const Config config_;
   std::unique_ptr<Driver> driver_;

@@ -374,5 +374,35 @@ TEST(RuntimeTest, StartStopStress) {
   }
 }
 
+// Callers racing to begin a shutdown: exactly one is told it began it, and
+// the shutdown runs with that caller's grace (the check and the request
+// are one step; they were two, and several callers could win).
+TEST(RuntimeTest, BeginShutdownRaceHasOneWinner) {
+  for (int round = 0; round < 300; ++round) {
+    Runtime rt(TestConfig(2));
+    ASSERT_TRUE(rt.Start().ok());
+    admin::AdminApi& admin = rt;
+    std::atomic<int> winners{0};
+    std::atomic<int> winning_grace{-1};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> callers;
+    for (int i = 0; i < 8; ++i) {
+      callers.emplace_back([&, i] {
+        while (!go.load(std::memory_order_acquire)) {
+        }
+        if (admin.BeginShutdown(milliseconds(1000 + i)).ok()) {
+          winners.fetch_add(1);
+          winning_grace.store(1000 + i);
+        }
+      });
+    }
+    go.store(true, std::memory_order_release);
+    for (auto& t : callers) t.join();
+    EXPECT_EQ(winners.load(), 1);
+    EXPECT_TRUE(rt.WaitStopped(milliseconds(10000)));
+    EXPECT_EQ(rt.shutdown_grace().count(), winning_grace.load());
+  }
+}
+
 }  // namespace
 }  // namespace mt::runtime
