@@ -3,7 +3,26 @@
 
 #include <Python.h>
 
+#include <type_traits>
+
 namespace mt::pyext {
+
+#ifdef Py_GIL_DISABLED
+// NewSharedRef/DropSharedRef below add to the shared half of a
+// free-threaded object's reference count. CPython has no public call for
+// that (3.13, 3.14), so they use the layout it documents in
+// Include/object.h and refcount.h: `ob_ref_shared`, a Py_ssize_t holding
+// the count shifted left by _Py_REF_SHARED_SHIFT (the low bits are merge
+// flags), and _Py_DecRefShared to drop one. Checked here, so an
+// interpreter laid out differently fails the build, not the process.
+static_assert(std::is_same_v<decltype(PyObject::ob_ref_shared), Py_ssize_t>,
+              "free-threaded PyObject::ob_ref_shared is no longer a Py_ssize_t");
+static_assert(_Py_REF_SHARED_SHIFT == 2,
+              "free-threaded reference-count flags changed width");
+static_assert(PY_VERSION_HEX >= 0x030D0000 && PY_VERSION_HEX < 0x030F0000,
+              "py_ref.h: shared-count references are verified for CPython 3.13 "
+              "and 3.14 only; check the layout in Include/object.h first");
+#endif
 
 // Runs drop(obj) with an attached thread state, from any thread. Runtime
 // units are freed wherever their last reference goes: usually a worker
