@@ -36,10 +36,17 @@ bool ConnectionUnit::Poll() {
     }
     made_ = true;
     ResolveWaiter(&waiter_);
+    // No data_received in the step that called connection_made: what it
+    // started (a server's handler task, on this strand) takes its first
+    // step before the first bytes arrive, as on stdlib's loop, where the
+    // reader is registered a turn after connection_made.
+    Wake(runtime::task::ScheduleKind::kYield);
+    return false;
   }
   SyncPause();
   Serve();
   SyncPause();
+  FinishCloseIfDrained();
   if (LostPending()) {
     DeliverLost();
     return true;
@@ -140,6 +147,14 @@ void ConnectionUnit::Fatal(PyObject* exc, const char* message, PyObject* self) {
     Py_XDECREF(protocol);
   }
   ForceClose(exc);
+}
+
+void ConnectionUnit::FinishCloseIfDrained() {
+  Locked lock(mu_);
+  if (closing_ && conn_lost_ == 0 && BufferEmptyLocked()) {
+    ++conn_lost_;
+    lost_pending_ = true;
+  }
 }
 
 void ConnectionUnit::SyncPause() {

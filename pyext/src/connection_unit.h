@@ -49,6 +49,9 @@ class ConnectionUnit : public runtime::task::Task {
   // On the strand: pause_writing/resume_writing when the wanted state
   // differs from what the protocol was last told.
   void SyncPause();
+  // A closing connection whose buffer is empty: connection_lost(None) is
+  // due (after SyncPause(), so a resume_writing() could still write).
+  void FinishCloseIfDrained();
   // set_write_buffer_limits(): pauses at once if the buffer is now above
   // `high` (before returning when the caller's strand excludes ours).
   void SetWriteLimits(std::size_t high, std::size_t low);

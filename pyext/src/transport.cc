@@ -239,9 +239,14 @@ void Conn::FlushIfWritable() {
     err = FlushLocked();
     if (err == 0) {
       if (closing_) {
-        // close() waited for the buffer: connection_lost(None) is due.
-        if (conn_lost_ == 0) ++conn_lost_;
-        lost_pending_ = true;
+        // close() waited for the buffer: connection_lost(None) is due —
+        // unless a paused protocol is about to hear resume_writing(),
+        // which may still write (TLS's close_notify does): as stdlib,
+        // that comes first, and FinishCloseIfDrained() decides after it.
+        if (!paused_delivered_) {
+          if (conn_lost_ == 0) ++conn_lost_;
+          lost_pending_ = true;
+        }
       } else if (eof_requested_) {
         shut_wr = true;
       }
