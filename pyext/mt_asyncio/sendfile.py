@@ -14,7 +14,7 @@ import os
 
 from asyncio import constants, exceptions, protocols
 
-from . import _core
+from . import _core, sockets
 
 __all__ = ["SendfileMethods"]
 
@@ -140,7 +140,8 @@ class SendfileMethods:
                 sent += n
             return sent
         finally:
-            if sent > 0 and hasattr(file, "seek"):
+            if (sent > 0 or sockets._SENDFILE_ALWAYS_SETS_POSITION) and \
+                    hasattr(file, "seek"):
                 file.seek(offset + sent)
             transport._sendfile_end()
             proto.restore()

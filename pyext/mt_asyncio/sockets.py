@@ -12,6 +12,7 @@ import errno
 import functools
 import os
 import socket
+import sys
 
 from asyncio import exceptions
 from contextvars import copy_context as _copy_context
@@ -27,6 +28,10 @@ except ImportError:  # pragma: no cover - CPython built without ssl.
 
 # Chunk size of sock_sendfile's read-and-send fallback.
 _SENDFILE_FALLBACK_CHUNK = 256 * 1024
+# Where native sendfile leaves the file when it sent nothing (the offset
+# was at or past the end): 3.14's asyncio moves it to the offset, 3.13's
+# leaves it where it was.
+_SENDFILE_ALWAYS_SETS_POSITION = sys.version_info >= (3, 14)
 
 
 def _fileobj_to_fd(fileobj):
@@ -216,6 +221,8 @@ class SocketMethods:
             _set_result(fut, result)
 
     async def _sock_io(self, sock, writing, op):
+        # `op` looks the socket's method up on each attempt, as asyncio's
+        # callbacks do (a wrapper or mock may swap it between attempts).
         try:
             return op()
         except (BlockingIOError, InterruptedError):
@@ -228,19 +235,19 @@ class SocketMethods:
     async def sock_recv(self, sock, n):
         """Receive up to n bytes from sock (non-blocking)."""
         self._check_sock(sock)
-        return await self._sock_io(sock, False, functools.partial(sock.recv, n))
+        return await self._sock_io(sock, False, lambda: sock.recv(n))
 
     async def sock_recv_into(self, sock, buf):
         """Receive into buf; return the number of bytes received."""
         self._check_sock(sock)
         return await self._sock_io(sock, False,
-                                   functools.partial(sock.recv_into, buf))
+                                   lambda: sock.recv_into(buf))
 
     async def sock_recvfrom(self, sock, bufsize):
         """Receive a datagram of up to bufsize bytes: (data, address)."""
         self._check_sock(sock)
         return await self._sock_io(sock, False,
-                                   functools.partial(sock.recvfrom, bufsize))
+                                   lambda: sock.recvfrom(bufsize))
 
     async def sock_recvfrom_into(self, sock, buf, nbytes=0):
         """Receive a datagram into buf: (nbytes, address)."""
@@ -248,13 +255,13 @@ class SocketMethods:
         if not nbytes:
             nbytes = len(buf)
         return await self._sock_io(
-            sock, False, functools.partial(sock.recvfrom_into, buf, nbytes))
+            sock, False, lambda: sock.recvfrom_into(buf, nbytes))
 
     async def sock_sendto(self, sock, data, address):
         """Send a datagram to address; return the number of bytes sent."""
         self._check_sock(sock)
         return await self._sock_io(
-            sock, True, functools.partial(sock.sendto, data, address))
+            sock, True, lambda: sock.sendto(data, address))
 
     async def sock_sendall(self, sock, data):
         """Send all of data, waiting for room as often as needed."""
@@ -431,11 +438,12 @@ class SocketMethods:
                 await self._sock_wait(sock, True, attempt)
             return total[0]
         finally:
-            if total[0] > 0:
+            if total[0] > 0 or _SENDFILE_ALWAYS_SETS_POSITION:
                 file.seek(offset + total[0])
 
     async def _sock_sendfile_fallback(self, sock, file, offset, count):
-        if offset:
+        # From `offset` (0 included), not from wherever the file stands.
+        if hasattr(file, "seek"):
             file.seek(offset)
         blocksize = (min(count, _SENDFILE_FALLBACK_CHUNK) if count
                      else _SENDFILE_FALLBACK_CHUNK)
