@@ -34,6 +34,11 @@ _iscoroutinefunction = getattr(coroutines, "_iscoroutinefunction", None) or \
     coroutines.iscoroutinefunction
 
 
+def _serial_tasks():
+    compat = sys.modules.get("mt_asyncio.compat")
+    return compat is not None and compat.serial_tasks()
+
+
 def _run_until_complete_cb(fut):
     if not fut.cancelled():
         exc = fut.exception()
@@ -104,7 +109,13 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         self._check_closed()
         self._check_running()
         new_task = not futures.isfuture(future)
-        future = tasks.ensure_future(future, loop=self)
+        if new_task and coroutines.iscoroutine(future) and _serial_tasks():
+            # Under compat.install(), the coroutine a program runs this way
+            # is its main task as much as asyncio.run()'s is: it and the
+            # tasks it starts step one at a time (runners.Runner.run).
+            future = _core._serial_task(self, future, None)
+        else:
+            future = tasks.ensure_future(future, loop=self)
         future.add_done_callback(_run_until_complete_cb)
         try:
             self.run_forever()

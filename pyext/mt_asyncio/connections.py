@@ -161,24 +161,36 @@ class ConnectionMethods:
             ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout,
             call_connection_made=False)
-        # No data reaches the TLS protocol before its connection_made.
-        transport.pause_reading()
-        if server_side:
-            # Bytes a stream reader already holds belong to the handshake.
-            reader = getattr(protocol, "_stream_reader", None)
-            if isinstance(protocol, streams.StreamReaderProtocol) and \
-                    reader is not None and reader._buffer:
-                ssl_protocol._incoming.write(reader._buffer)
-                reader._buffer.clear()
-        transport.set_protocol(ssl_protocol)
-        conmade = self.call_soon(ssl_protocol.connection_made, transport)
-        resume = self.call_soon(transport.resume_reading)
+        def switch():
+            # On the connection's strand, in one go: nothing of the
+            # connection runs in between, so no byte reaches the old
+            # protocol after its buffer moved, and the TLS protocol has its
+            # connection_made before its first data (stdlib gets the same
+            # from call_soon's order on one thread).
+            try:
+                transport.pause_reading()
+                if server_side:
+                    # Bytes a stream reader already holds belong to the
+                    # handshake.
+                    reader = getattr(protocol, "_stream_reader", None)
+                    if isinstance(protocol, streams.StreamReaderProtocol) and \
+                            reader is not None and reader._buffer:
+                        ssl_protocol._incoming.write(reader._buffer)
+                        reader._buffer.clear()
+                transport.set_protocol(ssl_protocol)
+                ssl_protocol.connection_made(transport)
+                transport.resume_reading()
+            except BaseException as exc:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+                if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                    raise
+
+        transport._call_serialized(switch)
         try:
             await waiter
         except BaseException:
             transport.close()
-            conmade.cancel()
-            resume.cancel()
             raise
         return ssl_protocol._app_transport
 
