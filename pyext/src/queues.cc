@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -71,7 +72,13 @@ int FullLocked(QueueObject* q) {
 
 int PutItemLocked(QueueObject* q, PyObject* item) {
   if (q->storage != Storage::kCustom) {
-    q->items->push_back(Py_NewRef(item));
+    try {
+      q->items->push_back(item);
+    } catch (const std::bad_alloc&) {  // Not across the interpreter's C frames.
+      PyErr_NoMemory();
+      return -1;
+    }
+    Py_INCREF(item);
     return 0;
   }
   PyObject* r = PyObject_CallMethodOneArg(reinterpret_cast<PyObject*>(q), str_put, item);

@@ -4,6 +4,9 @@
 #include <utility>
 
 namespace mt::pyext {
+
+thread_local PyMutex* Guard::held_[Guard::kMaxHeld] = {};
+thread_local int Guard::held_count_ = 0;
 namespace {
 
 PyObject* get_running_loop = nullptr;  // asyncio.events.get_running_loop

@@ -24,14 +24,40 @@ namespace mt::pyext {
 // storage runs.
 
 // RAII for a PyMutex.
+//
+// Re-entrant on one thread: a queue with Python storage hooks (a subclass's
+// _put/_get, PriorityQueue's item comparisons) runs Python code under its
+// mutex, and that code may call the queue again (qsize() in an __lt__), as
+// it may on asyncio's one-thread queue. PyMutex is not recursive, so the
+// mutexes a thread holds are tracked, and a nested guard on one of them
+// does not lock again (the thread already excludes every other one).
 class Guard {
  public:
-  explicit Guard(PyMutex* mu) : mu_(mu) { PyMutex_Lock(mu_); }
-  ~Guard() { PyMutex_Unlock(mu_); }
+  explicit Guard(PyMutex* mu) : mu_(mu) {
+    const int tracked = held_count_ < kMaxHeld ? held_count_ : kMaxHeld;
+    for (int i = 0; i < tracked; ++i) {
+      if (held_[i] == mu) {
+        mu_ = nullptr;  // Re-entered: held further up this thread's stack.
+        return;
+      }
+    }
+    PyMutex_Lock(mu_);
+    if (held_count_ < kMaxHeld) held_[held_count_] = mu_;
+    ++held_count_;
+  }
+  ~Guard() {
+    if (mu_ == nullptr) return;
+    --held_count_;
+    PyMutex_Unlock(mu_);
+  }
   Guard(const Guard&) = delete;
   Guard& operator=(const Guard&) = delete;
 
  private:
+  // Guards nest in strict LIFO order; deeper than this is only counted.
+  static constexpr int kMaxHeld = 8;
+  static thread_local PyMutex* held_[kMaxHeld];
+  static thread_local int held_count_;
   PyMutex* mu_;
 };
 

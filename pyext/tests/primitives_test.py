@@ -520,3 +520,50 @@ def test_barrier_under_timeouts_and_resets_keeps_its_count(loop):
     assert outcomes["released"] > 0 and outcomes["timed out"] > 0
     assert barrier._count == 0 and barrier.n_waiting == 0 and barrier._waiters == []
     assert barrier._state == "filling"  # The last one out of a reset refilled it.
+
+
+def test_queue_storage_hooks_may_call_the_queue(loop):
+    # PriorityQueue compares items (Python __lt__) and a subclass's _put
+    # runs Python code, under the queue's mutex: calling the queue from
+    # there (as asyncio allows) must not deadlock the worker.
+    box = {}
+
+    class Item:
+        def __init__(self, v):
+            self.v = v
+
+        def __lt__(self, other):
+            box["sizes"].append(box["q"].qsize())
+            return self.v < other.v
+
+    class Recording(asyncio.Queue):
+        def _put(self, item):
+            box["seen"].append((item, self.qsize(), self.empty()))
+            super()._put(item)
+
+    async def main():
+        box["q"] = asyncio.PriorityQueue()
+        box["sizes"] = []
+        for v in (3, 1, 2):
+            box["q"].put_nowait(Item(v))
+        order = [box["q"].get_nowait().v for _ in range(3)]
+        box["seen"] = []
+        rq = Recording()
+        await rq.put("a")
+        rq.put_nowait("b")
+        return order, box["seen"], await rq.get()
+
+    result = []
+    done = threading.Event()
+
+    def drive():
+        result.append(run(loop, main()))
+        done.set()
+
+    threading.Thread(target=drive, daemon=True).start()
+    assert done.wait(WAIT), "a queue's own Python hook deadlocked calling it"
+    order, seen, first = result[0]
+    assert order == [1, 2, 3]
+    assert box["sizes"]  # The comparisons ran, and saw the queue.
+    assert seen == [("a", 0, True), ("b", 1, False)]
+    assert first == "a"
