@@ -7,6 +7,7 @@ whichever worker runs them, so the bookkeeping is under a lock.
 
 import os
 import stat
+import sys
 import threading
 import weakref
 
@@ -39,6 +40,10 @@ def _abort_connections(servers):
     """The grace period is over: connections still open are aborted."""
     for server in servers:
         server.abort_clients()
+
+# 3.14's asyncio closes the clients of a server whose serve_forever() is
+# cancelled; 3.13's only closes the server.
+_SERVE_FOREVER_CLOSES_CLIENTS = sys.version_info >= (3, 14)
 
 
 class Server(events.AbstractServer):
@@ -197,6 +202,10 @@ class Server(events.AbstractServer):
         except exceptions.CancelledError:
             try:
                 self.close()
+                if _SERVE_FOREVER_CLOSES_CLIENTS:
+                    # Cancelled (Ctrl-C): connections that would keep
+                    # wait_closed() waiting are closed too (3.14's asyncio).
+                    self.close_clients()
                 await self.wait_closed()
             finally:
                 raise
