@@ -300,7 +300,14 @@ class ConnectionMethods:
                     happy_eyeballs_delay)
 
             if sock is None:
-                exceptions = [exc for sub in exceptions for exc in sub]
+                flat = [exc for sub in exceptions for exc in sub]
+                # The per-attempt lists may outlive this call (the attempts'
+                # partials, their finished tasks): emptied, they do not keep
+                # the errors alive once the caller is done with them.
+                for sub in exceptions:
+                    sub.clear()
+                exceptions.clear()
+                exceptions, flat = flat, None
                 try:
                     if all_errors:
                         raise ExceptionGroup("create_connection failed",

@@ -193,6 +193,11 @@ class SocketMethods:
             # callback would run on another worker, possibly after the
             # task already handed the fd to a transport).
             self._sock_wait_done(fd, writing, handle)
+            # The error raised keeps this frame in its traceback: without
+            # this, the frame would keep the future, and the future the
+            # error (a cycle asyncio avoids the same way); so would the
+            # watcher's handle, which holds the future as an argument.
+            fut = handle = None
 
     def _sock_wait_done(self, fd, writing, handle):
         # A later sock_* call on the same fd replaced (and cancelled) our
@@ -217,6 +222,7 @@ class SocketMethods:
             raise
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiter.
             _set_exception(fut, exc)
+            fut = None  # Not kept by this frame, in the error's traceback.
         else:
             _set_result(fut, result)
 
@@ -320,6 +326,9 @@ class SocketMethods:
                 raise
             except BaseException as exc:  # noqa: BLE001 - to the awaiter.
                 _set_exception(fut, exc)
+                # This frame is in the error's traceback: it must not keep
+                # the future holding the error (a reference cycle).
+                fut = None
             else:
                 _set_result(fut, None)
 
