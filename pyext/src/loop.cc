@@ -117,6 +117,7 @@ PyObject* set_asyncgen_hooks = nullptr;      // sys.set_asyncgen_hooks
 PyObject* str_asyncgen_firstiter_hook = nullptr;
 PyObject* str_asyncgen_finalizer_hook = nullptr;
 PyObject* set_running_loop = nullptr;  // asyncio.events._set_running_loop
+PyObject* set_origin_tracking_depth = nullptr;  // sys.set_coroutine_origin_tracking_depth
 PyObject* iscoroutine = nullptr;       // asyncio.coroutines.iscoroutine
 PyObject* iscoroutinefunction = nullptr;
 
@@ -1418,7 +1419,25 @@ int InstallAsyncgenHooks(PyObject* loop) {
   return rc;
 }
 
+// Whether this worker tracks coroutine origins (sys.set_coroutine_origin_
+// tracking_depth is per thread): on while it runs a loop in debug mode, as
+// stdlib's run_forever() turns it on for its thread.
+thread_local bool worker_tracks_origins = false;
+constexpr int kDebugStackDepth = 10;  // asyncio.constants.DEBUG_STACK_DEPTH
+
+int SyncOriginTracking(PyObject* loop) {
+  const bool want = StateOf(loop)->debug.load(std::memory_order_relaxed);
+  if (want == worker_tracks_origins) return 0;
+  PyObject* res = PyObject_CallFunction(set_origin_tracking_depth, "i",
+                                        want ? kDebugStackDepth : 0);
+  if (res == nullptr) return -1;
+  Py_DECREF(res);
+  worker_tracks_origins = want;
+  return 0;
+}
+
 int LoopEnterOnWorker(PyObject* loop) {
+  if (SyncOriginTracking(loop) < 0) return -1;
   if (worker_running_loop == loop) return 0;
   PyObject* res = PyObject_CallOneArg(set_running_loop, loop);
   if (res == nullptr) return -1;
@@ -1478,6 +1497,8 @@ int RegisterLoopTypes(PyObject* module) {
   Py_DECREF(log);
   set_asyncgen_hooks = PySys_GetObject("set_asyncgen_hooks");  // Borrowed.
   Py_XINCREF(set_asyncgen_hooks);
+  set_origin_tracking_depth = PySys_GetObject("set_coroutine_origin_tracking_depth");
+  Py_XINCREF(set_origin_tracking_depth);
   str_asyncgen_firstiter_hook = PyUnicode_InternFromString("_asyncgen_firstiter_hook");
   str_asyncgen_finalizer_hook = PyUnicode_InternFromString("_asyncgen_finalizer_hook");
   PyObject* helpers = PyImport_ImportModule("asyncio.format_helpers");
@@ -1495,6 +1516,7 @@ int RegisterLoopTypes(PyObject* module) {
   Py_DECREF(coroutines);
   if (set_running_loop == nullptr || asyncio_logger == nullptr ||
       format_callback_source == nullptr || set_asyncgen_hooks == nullptr ||
+      set_origin_tracking_depth == nullptr ||
       str_asyncgen_firstiter_hook == nullptr || str_asyncgen_finalizer_hook == nullptr ||
       iscoroutine == nullptr ||
       iscoroutinefunction == nullptr) {
