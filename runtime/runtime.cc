@@ -5,9 +5,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <system_error>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "runtime/metrics/cycle_clock.h"
 
 namespace mt::runtime {
@@ -87,19 +91,36 @@ absl::Status Runtime::Start() {
   }
   started_at_.store(Clock::now().time_since_epoch().count(),
                     std::memory_order_release);
-  supervisor_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (supervisor_fd_ < 0) return absl::InternalError("eventfd failed");
-  if (config_.reactor == ReactorMode::kDedicatedThread) {
-    reactor_thread_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "mt-reactor");
-      while (!reactor_stop_.load(std::memory_order_acquire)) {
-        driver_->Park(std::nullopt);
-        reactor_polls_.fetch_add(1, std::memory_order_relaxed);
-      }
-    });
+  absl::Status status = StartThreads();
+  if (!status.ok()) {
+    // Half started is not running: stop what did start, so the runtime
+    // reads as stopped (a new one may be made) and nothing waits on
+    // workers that do not exist.
+    Shutdown(std::chrono::milliseconds(0));
   }
-  supervisor_ = std::thread([this] { SupervisorMain(); });
-  return scheduler_.Start(ResolveWorkerThreads(config_));
+  return status;
+}
+
+absl::Status Runtime::StartThreads() {
+  supervisor_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (supervisor_fd_ < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("eventfd failed: ", strerror(errno)));
+  }
+  try {
+    if (config_.reactor == ReactorMode::kDedicatedThread) {
+      reactor_thread_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "mt-reactor");
+        while (!reactor_stop_.load(std::memory_order_acquire)) {
+          driver_->Park(std::nullopt);
+          reactor_polls_.fetch_add(1, std::memory_order_relaxed);
+        }
+      });
+    }
+    supervisor_ = std::thread([this] { SupervisorMain(); });
+    return scheduler_.Start(ResolveWorkerThreads(config_));
+  } catch (const std::system_error& e) {  // A thread could not be made.
+    return absl::ResourceExhaustedError(absl::StrCat("cannot start a thread: ", e.what()));
+  }
 }
 
 absl::Status Runtime::Spawn(absl::AnyInvocable<void() &&> fn) {

@@ -106,6 +106,9 @@ class Runtime final : public admin::AdminApi {
   // Requests a shutdown with `grace` for the supervisor to run; false if
   // the runtime is not running or one was requested or started already.
   bool RequestShutdownOnce(std::chrono::milliseconds grace);
+  // Start's threads: supervisor eventfd, reactor thread, supervisor,
+  // workers. An error leaves some started; Start then shuts them down.
+  absl::Status StartThreads();
 
   const Config config_;
   std::unique_ptr<Driver> driver_;

@@ -1,6 +1,8 @@
 #include "runtime/runtime.h"
 
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -402,6 +404,29 @@ TEST(RuntimeTest, BeginShutdownRaceHasOneWinner) {
     EXPECT_TRUE(rt.WaitStopped(milliseconds(10000)));
     EXPECT_EQ(rt.shutdown_grace().count(), winning_grace.load());
   }
+}
+
+// A start that fails half way (here: no descriptor left for the
+// supervisor's eventfd, after the reactor was made) leaves the runtime
+// stopped, not "running" with no workers for work to wait on forever.
+TEST(RuntimeTest, StartThatFailsHalfWayLeavesItStopped) {
+  Runtime rt(TestConfig(2));
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  // As many descriptors as are open now: the next one fails with EMFILE.
+  int highest = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1) highest = fd;
+  }
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(highest + 1);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  const absl::Status status = rt.Start();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  EXPECT_FALSE(status.ok());
+  EXPECT_EQ(rt.state(), admin::RuntimeState::kStopped);
+  EXPECT_FALSE(rt.Spawn([] {}).ok());
+  EXPECT_TRUE(rt.WaitStopped(milliseconds(1000)));
 }
 
 }  // namespace

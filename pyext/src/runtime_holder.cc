@@ -91,7 +91,13 @@ void RuntimeHolder::Start(runtime::Config config) {
     RunDrainCallback(std::chrono::duration<double>(raw->shutdown_grace()).count());
   });
   absl::Status status = rt->Start();
-  if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+  if (!status.ok()) {
+    // Start stopped whatever it had started: the next start makes a new one.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (runtime_ == rt) runtime_.reset();
+    throw std::runtime_error("cannot start the mt_asyncio runtime: " +
+                             std::string(status.message()));
+  }
 }
 
 void RuntimeHolder::Shutdown() {
@@ -132,7 +138,11 @@ std::shared_ptr<runtime::Runtime> RuntimeHolder::EnsureStarted() {
   try {
     Start(runtime::Config{});
   } catch (const std::runtime_error&) {
-    // Lost a race with another starter: use theirs.
+    // Lost a race with another starter: use theirs. Anything else (a start
+    // that failed) is the caller's error, not a runtime to poll.
+    rt = current();
+    if (!rt || rt->state() != runtime::admin::RuntimeState::kRunning) throw;
+    return rt;
   }
   return current();
 }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -137,7 +138,16 @@ absl::Status Scheduler::StartWorkerLocked(std::size_t index) {
   idle_.AddWorker();
   slot->status.store(SlotStatus::kRunning, std::memory_order_release);
   live_workers_.fetch_add(1, std::memory_order_acq_rel);
-  slot->thread = std::thread([this, index] { WorkerMain(index); });
+  try {
+    slot->thread = std::thread([this, index] { WorkerMain(index); });
+  } catch (const std::system_error& e) {
+    // No thread: undo the accounting, so nothing waits for this worker.
+    live_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    slot->status.store(SlotStatus::kExited, std::memory_order_release);
+    idle_.RemoveWorker();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start worker thread ", index, ": ", e.what()));
+  }
   return absl::OkStatus();
 }
 
