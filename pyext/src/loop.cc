@@ -504,14 +504,33 @@ int ScheduleBatch(PyObject* loop, PyObject* fut, std::vector<Callback>& cbs) {
 
 // --- Loop methods ----------------------------------------------------------------------
 
-int CheckClosed(PyObject* self) {
-  LoopState* st = StateOf(self);
-  std::lock_guard<std::mutex> lock(st->mu);
-  if (st->closed) {
-    PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+}  // namespace
+
+int LoopCheckRuntime(PyObject* loop) {
+  // A loop runs on the runtime it was made on. Once that one has shut
+  // down nothing would run what is scheduled here (a new runtime does not
+  // adopt old loops): refuse it rather than lose it.
+  if (StateOf(loop)->runtime->state() == runtime::admin::RuntimeState::kStopped) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "the mt_asyncio runtime this loop was made on has shut down; "
+                    "make a new loop");
     return -1;
   }
   return 0;
+}
+
+namespace {
+
+int CheckClosed(PyObject* self) {
+  LoopState* st = StateOf(self);
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->closed) {
+      PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
+      return -1;
+    }
+  }
+  return LoopCheckRuntime(self);
 }
 
 // stdlib's _check_callback: coroutines and non-callables are refused.
@@ -1050,6 +1069,7 @@ PyObject* Loop_create_task(PyObject* self, PyObject* const* args, Py_ssize_t nar
     PyErr_SetString(PyExc_RuntimeError, "Event loop is closed");
     return nullptr;
   }
+  if (LoopCheckRuntime(self) < 0) return nullptr;
   PyObject* factory = CheckedTaskFactory(self);
 #if PY_VERSION_HEX < 0x030E0000
   if (factory != nullptr) return CallFactory313(self, factory, args[0], args + nargs, kwnames);

@@ -132,6 +132,9 @@ int LoopEnterOnWorker(PyObject* loop);
 
 // The runtime behind `loop` (started with it).
 runtime::Runtime& LoopRuntime(PyObject* loop);
+// 0 while the loop's runtime can run work; -1 with RuntimeError once it
+// has shut down (a loop never moves to a newer runtime).
+int LoopCheckRuntime(PyObject* loop);
 // Where a unit made now for `loop` is bound: the connection strand the
 // calling thread runs (transport.h), so that what a connection's callbacks
 // start stays serialized with them, else the runtime's scheduler.

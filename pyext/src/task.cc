@@ -534,6 +534,10 @@ int TaskInitialize(PyObject* self, PyObject* coro, PyObject* loop, PyObject* nam
     Py_DECREF(resolved);
     return -1;
   }
+  if (LoopCheckRuntime(resolved) < 0) {
+    Py_DECREF(resolved);
+    return -1;
+  }
   Py_XSETREF(t->base.loop, resolved);
   t->coro = Py_NewRef(coro);
   t->context = context == Py_None ? PyContext_CopyCurrent() : Py_NewRef(context);

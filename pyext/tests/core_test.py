@@ -28,6 +28,12 @@ def runtime():
 def test_interpreter_is_reported():
     kind = "free-threaded" if FREE_THREADED else "GIL build"
     print(f"interpreter: {sys.executable} (CPython {sys.version.split()[0]}, {kind})")
+    # The extension was built against this very interpreter: same version,
+    # same kind of build (a mismatch would load, then corrupt objects).
+    info = mt_asyncio.build_info()
+    assert info["python_headers"] == "%d.%d.%d" % sys.version_info[:3]
+    assert info["free_threaded_build"] is FREE_THREADED
+    assert sys.version_info >= (3, 13)
 
 
 @pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded CPython build")
@@ -233,3 +239,33 @@ def test_gil_stays_disabled_while_workers_run(runtime):
     assert flags == [False]
     assert not sys._is_gil_enabled()
 
+
+
+def test_loop_of_a_stopped_runtime_refuses_work():
+    # A loop runs on the runtime it was made on. After that runtime shut
+    # down (and another started), scheduling on the old loop raises rather
+    # than handing work to a runtime that will never run it; new loops
+    # work on the new runtime.
+    mt_asyncio.start_runtime(1)
+    old = mt_aio.new_event_loop()
+    assert old.run_until_complete(mt_aio.sleep(0, "ran")) == "ran"
+    mt_asyncio.shutdown_runtime()
+    mt_asyncio.start_runtime(1)
+    try:
+        for schedule in (lambda: old.call_soon(print),
+                         lambda: old.call_later(10, print),
+                         lambda: old.call_soon_threadsafe(print)):
+            with pytest.raises(RuntimeError, match="has shut down"):
+                schedule()
+        coro = mt_aio.sleep(0)
+        with pytest.raises(RuntimeError, match="has shut down"):
+            old.create_task(coro)
+        coro.close()
+        old.close()
+        new = mt_aio.new_event_loop()
+        try:
+            assert new.run_until_complete(mt_aio.sleep(0, "new")) == "new"
+        finally:
+            new.close()
+    finally:
+        mt_asyncio.shutdown_runtime()

@@ -34,7 +34,12 @@ void TimerDriver::Arm(TimerEntry* entry, Clock::time_point deadline,
   bool due_now = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (wheel_.Insert(entry, tick)) {
+    if (shut_down_) {
+      // Nobody processes the wheel any more: an entry armed now would keep
+      // its task (and whatever that holds) alive forever. Wake it instead;
+      // a stopped scheduler cancels it.
+      due_now = true;
+    } else if (wheel_.Insert(entry, tick)) {
       task->Ref();
       entry->task_ = task;
       pending_.fetch_add(1, std::memory_order_relaxed);
@@ -110,6 +115,7 @@ void TimerDriver::Shutdown() {
   std::vector<task::Task*> tasks;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
     wheel_.DrainAll(all);
     for (TimerEntry* e : all) {
       tasks.push_back(e->task_);

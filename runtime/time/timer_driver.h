@@ -51,7 +51,8 @@ class TimerDriver {
   // Wakes every task whose deadline is <= now; returns how many.
   std::size_t ProcessExpired(Clock::time_point now);
 
-  // Disarms everything and drops the references the entries held.
+  // Disarms everything and drops the references the entries held; a later
+  // Arm wakes its task at once instead of holding it.
   void Shutdown();
 
   std::size_t pending() const { return pending_.load(std::memory_order_relaxed); }
@@ -65,6 +66,7 @@ class TimerDriver {
   const std::function<void()> unpark_driver_;
   mutable std::mutex mu_;
   Wheel wheel_;                           // Guarded by mu_.
+  bool shut_down_ = false;                // Guarded by mu_; Arm then arms nothing.
   std::vector<TimerEntry*> expired_;      // Guarded by mu_; scratch.
   std::atomic<std::uint64_t> sleeping_until_{kNotSleeping};
   std::atomic<std::size_t> pending_{0};

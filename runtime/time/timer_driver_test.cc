@@ -70,6 +70,22 @@ TEST(TimerDriverTest, PastDeadlineWakesAtOnce) {
   t->Unref();
 }
 
+// After Shutdown nothing processes the wheel: a timer armed then (a loop of
+// a runtime that has stopped) must not hold its task forever; it is woken
+// at once, for the stopped scheduler to cancel.
+TEST(TimerDriverTest, ArmAfterShutdownHoldsNothing) {
+  Fixture f;
+  TimerEntry e;
+  CountingTask* t = f.NewTask();
+  f.timers.Shutdown();
+  f.timers.Arm(&e, Clock::now() + milliseconds(50), t);
+  EXPECT_EQ(f.timers.pending(), 0u);
+  EXPECT_EQ(f.executor.size(), 1u);
+  f.executor.RunAll();
+  t->Unref();
+  EXPECT_EQ(f.destroyed.load(), 1);
+}
+
 TEST(TimerDriverTest, DriverWokenOnlyForEarlierDeadline) {
   Fixture f;
   TimerEntry a, b, c;
