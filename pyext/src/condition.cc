@@ -245,21 +245,38 @@ PyObject* Wait_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     // Into the acquire in progress, which leaves the lock's queue and
     // raises it back (or yields again, or finishes).
     PyObject* r = PyObject_CallMethodOneArg(w->inner, str_throw, exc);
-    Py_DECREF(exc);
-    if (r != nullptr) return r;
+    if (r != nullptr) {
+      Py_DECREF(exc);
+      return r;
+    }
     if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
-      PyErr_Clear();  // Acquired after all: finish below.
+      // The lock was handed over before the exception came: it is held.
+      PyErr_Clear();
       Py_CLEAR(w->inner);
       w->phase = kDone;
-      if (w->error != nullptr) {
-        PyObject* error = w->error;
-        w->error = nullptr;
-        EndWithError(w, error);
+      if (PyErr_GivenExceptionMatches(exc, CancelledErrorType())) {
+        // A cancel is not lost for coming late: asyncio's acquire would
+        // have raised it, been retried, and the wait raises it now.
+        Py_XSETREF(w->error, exc);
+      } else {
+        // Anything else ends the wait without the lock, as in asyncio.
+        PyObject* res = PyObject_CallMethodNoArgs(AsCondition(w->cond)->lock, str_release);
+        if (res == nullptr) {
+          Py_DECREF(exc);
+          Py_CLEAR(w->error);
+          return nullptr;
+        }
+        Py_DECREF(res);
+        Py_CLEAR(w->error);
+        EndWithError(w, exc);
         return nullptr;
       }
-      SetStopIterationValue(Py_True);
+      PyObject* error = w->error;
+      w->error = nullptr;
+      EndWithError(w, error);
       return nullptr;
     }
+    Py_DECREF(exc);
     exc = PyErr_GetRaisedException();
   }
   if (OnError(w, exc) < 0) return nullptr;

@@ -423,28 +423,36 @@ async def condition_cancel_racing_notify_passes_wakeup(aio):
     cond = aio.Condition()
     state = 0
     log = []
+    order = []  # Who waits first: notify(1) wakes that one.
+    ready = [aio.Event(), aio.Event()]
 
     async def consumer(i):
         nonlocal state
         try:
             async with cond:
+                first = True
                 while True:
+                    if first:
+                        order.append(i)
+                        ready[i].set()
+                        first = False
                     await cond.wait_for(lambda: state != 0)
                     if state < 0:
                         return
                     state -= 1
-                    log.append(f"consumed by {i}")
+                    log.append("consumed by " + ("first" if i == order[0] else "second"))
         except aio.CancelledError:
-            log.append(f"{i} cancelled")
+            log.append(("first" if i == order[0] else "second") + " cancelled")
             raise
 
     c = [aio.create_task(consumer(i)) for i in range(2)]
-    await aio.sleep(0)
-    async with cond:
+    await ready[0].wait()
+    await ready[1].wait()
+    async with cond:  # Both are waiting once this lock is ours.
         state += 1
         cond.notify(1)
         await aio.sleep(0)
-        c[0].cancel()
+        c[order[0]].cancel()
         # Nobody notifies this waiter: it wakes by the timeout, and the
         # item must be gone by then (0), not still there (1).
         try:
@@ -456,7 +464,7 @@ async def condition_cancel_racing_notify_passes_wakeup(aio):
         state = -1
         cond.notify_all()
     await aio.gather(*c, return_exceptions=True)
-    return [state, sorted(log), c[0].cancelled()]
+    return [state, sorted(log), c[order[0]].cancelled()]
 
 
 @scenario
