@@ -167,6 +167,8 @@ class ConnectionMethods:
             # protocol after its buffer moved, and the TLS protocol has its
             # connection_made before its first data (stdlib gets the same
             # from call_soon's order on one thread).
+            if abandoned:
+                return  # start_tls() was cancelled first: leave it closed.
             try:
                 transport.pause_reading()
                 if server_side:
@@ -186,10 +188,14 @@ class ConnectionMethods:
                 if isinstance(exc, (SystemExit, KeyboardInterrupt)):
                     raise
 
+        abandoned = False
         transport._call_serialized(switch)
         try:
             await waiter
         except BaseException:
+            # As asyncio cancels its pending connection_made/resume_reading
+            # callbacks: a switch not made yet is not made at all.
+            abandoned = True
             transport.close()
             raise
         return ssl_protocol._app_transport
