@@ -73,7 +73,7 @@ def short_id(test_id):
     return test_id.removeprefix("test.test_asyncio.")
 
 
-def run_config(module, backend, workers, args, log, skip=()):
+def run_config(module, backend, workers, args, log, skip=(), rerun=True):
     """Runs one module on one backend until every collected test has a
     result (restarting after hangs). Returns {test id: result dict}.
     Tests in `skip` are not run and count as "not run"."""
@@ -121,6 +121,20 @@ def run_config(module, backend, workers, args, log, skip=()):
     for test_id in collected or ():
         results.setdefault(test_id, {"id": test_id, "outcome": "not run",
                                      "detail": "", "ours": 0, "stdlib": 0})
+    # As CPython's own runner does (--rerun): a test that failed or hung
+    # runs once more, alone with the other failures, in a new process; if
+    # it passes then, it counts as passed and is reported as flaky (a hang
+    # that does not repeat loudly so: it is still a bug to find).
+    failed = [t for t, r in results.items()
+              if r["outcome"] in ("fail", "error", "hang")]
+    if failed and collected and rerun:
+        again = run_config(module, backend, workers, args, log,
+                           skip=[t for t in results if t not in failed],
+                           rerun=False)
+        for test_id in failed:
+            if again.get(test_id, {}).get("outcome") == "pass":
+                results[test_id] = dict(again[test_id],
+                                        flaky=results[test_id]["outcome"])
     return results
 
 
@@ -139,6 +153,12 @@ def summarize(module, std, mt_runs, known, workers_n):
         loops = sum(r.get("ours", 0) for r in results.values())
         parts.append(f"mt@{label} {len(ok)}/{len(stdlib_passed)}"
                      f" (on our loop: {on_ours} tests, {loops} loops)")
+        for test_id, r in sorted(results.items()):
+            if r.get("flaky") == "hang":
+                print(f"  FLAKY HANG: {short_id(test_id)} mt@{label} hung, then"
+                      " passed on rerun (a bug to find)")
+            elif r.get("flaky"):
+                print(f"  flaky: {short_id(test_id)} mt@{label} passed on rerun")
         counts[key] = (len(ok), len(stdlib_passed))
         if loops == 0:
             # Its tests never touched a loop of ours (they test classes
