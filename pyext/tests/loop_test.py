@@ -400,40 +400,47 @@ def test_stdlib_run_with_our_loop_factory():
 
 @pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded CPython build")
 def test_tasks_step_on_several_workers_at_once(loop):
-    """Proof of parallelism: CPU-bound steps of different tasks overlap in
-    time on different worker threads."""
-    intervals = []
+    """Proof of parallelism: the CPU time the steps themselves used (each
+    measured with time.thread_time, which a time-sliced thread does not
+    accumulate while another runs) adds up to more than the wall-clock time
+    the run took. One core at a time can never do that; overlapping
+    wall-clock intervals alone would not prove it (time slicing gives them
+    too)."""
+    records = []
     lock = threading.Lock()
 
-    def spin(seconds):
-        end = time.perf_counter() + seconds
+    def spin_cpu(seconds):
+        end = time.thread_time() + seconds
         x = 0
-        while time.perf_counter() < end:
+        while time.thread_time() < end:
             x += 1
         return x
 
-    async def busy(i):
+    async def busy():
         for _ in range(3):
-            start = time.perf_counter()
-            spin(0.02)
+            cpu = time.thread_time()
+            spin_cpu(0.02)
             with lock:
-                intervals.append((threading.get_ident(), start, time.perf_counter()))
+                records.append((threading.get_ident(), time.thread_time() - cpu))
             await asyncio.sleep(0)
 
     async def main():
-        tasks = [loop.create_task(busy(i)) for i in range(8)]
+        tasks = [loop.create_task(busy()) for _ in range(8)]
         for t in tasks:
             await t
 
-    run(loop, main())
-    threads = {tid for tid, _, _ in intervals}
+    best = 0.0
+    for _ in range(5):  # Other processes may hold a core for a while.
+        records.clear()
+        wall = time.perf_counter()
+        run(loop, main())
+        wall = time.perf_counter() - wall
+        best = max(best, sum(cpu for _, cpu in records) / wall)
+        if best > 1.15:
+            break
+    threads = {tid for tid, _ in records}
     assert len(threads) >= 2, f"steps ran on {len(threads)} thread(s)"
-    overlapping = 0
-    for i, (ta, sa, ea) in enumerate(intervals):
-        for tb, sb, eb in intervals[i + 1:]:
-            if ta != tb and sa < eb and sb < ea:
-                overlapping += 1
-    assert overlapping > 0, "no two steps ever ran at the same time"
+    assert best > 1.15, f"steps used {best:.2f}x the wall time in CPU: not in parallel"
     assert not sys._is_gil_enabled()
     per_worker = [w["units_run"] for w in mt_asyncio.runtime_info()["workers"]]
     assert sum(1 for n in per_worker if n > 0) >= 2

@@ -9,6 +9,7 @@ asserts the observations are equal.
 """
 
 import asyncio
+import gc
 
 import mt_asyncio.asyncio
 
@@ -67,9 +68,55 @@ async def fail_after(aio, exc, delay=0):
     raise exc
 
 
+_HANDLER_MESSAGES = (
+    "Task exception was never retrieved",
+    "Future exception was never retrieved",
+    "Exception in callback",
+    "Unhandled error in exception handler",
+    "unhandled exception during asyncio.run() shutdown",
+)
+
+
+def _message_kind(message):
+    """The kind of a message the loop's exception handler got, without the
+    reprs in it (addresses, callback sources differ between backends)."""
+    for known in _HANDLER_MESSAGES:
+        if message.startswith(known):
+            return known
+    return message.split("<", 1)[0].split(":", 1)[0].strip()
+
+
+async def _recorded(fn, aio):
+    """Runs the scenario with an exception handler that records what
+    reaches it: the observation is (scenario's result, handler calls). A
+    "Task exception was never retrieved" on one backend only is a
+    mismatch, as uvloop's tests fail a test whose loop called the handler
+    unexpectedly."""
+    calls = []
+    loop = aio.get_running_loop()
+    handle = loop.call_exception_handler
+
+    def recording(context):
+        # Wraps the loop's own entry point, so whatever handler a scenario
+        # installs still gets the call, and get_exception_handler() is
+        # unchanged.
+        exc = context.get("exception")
+        calls.append((_message_kind(context.get("message", "")),
+                      type(exc).__name__ if exc is not None else None))
+        return handle(context)
+
+    loop.call_exception_handler = recording
+    result = await fn(aio)
+    # Errors nobody retrieved are reported when their future is collected:
+    # collect here, on both backends, so they count before the run ends.
+    gc.collect()
+    await aio.sleep(0)  # A report a finalizer scheduled runs now.
+    return result, sorted(calls, key=repr)
+
+
 def run_stdlib(fn):
-    return asyncio.run(fn(asyncio))
+    return asyncio.run(_recorded(fn, asyncio))
 
 
 def run_mt(fn, threads):
-    return MT.run(fn(MT), threads=threads)
+    return MT.run(_recorded(fn, MT), threads=threads)

@@ -7,7 +7,13 @@ from harness import aobserve, observe, scenario
 
 @scenario
 async def run_returns_value(aio):
-    return 42
+    # The value comes back through the loop: a task's result, awaited
+    # after the task was suspended on the loop's timer once.
+    async def compute():
+        await aio.sleep(0.001)
+        return 42
+    t = aio.create_task(compute())
+    return [await t, t.done(), t.result()]
 
 
 @scenario

@@ -174,12 +174,19 @@ async def async_generator_aclose_runs_finally(aio):
     async def agen():
         try:
             yield 1
+            await aio.sleep(0.001)  # Suspended on the loop between items.
             yield 2
         finally:
+            await aio.sleep(0)  # aclose() runs an awaiting finally.
             closed.append(True)
-    g = agen()
-    first = await g.__anext__()
-    await g.aclose()
+
+    async def consume():
+        # In a task of the loop under test, not in the scenario's frame.
+        g = agen()
+        first = await g.__anext__()
+        await g.aclose()
+        return first
+    first = await aio.create_task(consume())
     return [first, closed]
 
 
@@ -187,16 +194,22 @@ async def async_generator_aclose_runs_finally(aio):
 async def async_generator_asend_athrow(aio):
     async def agen():
         got = yield "start"
+        await aio.sleep(0)
         try:
             yield f"got {got}"
         except KeyError:
+            await aio.sleep(0.001)
             yield "caught"
-    g = agen()
-    a = await g.__anext__()
-    b = await g.asend("x")
-    c = await g.athrow(KeyError())
-    await g.aclose()
-    return [a, b, c]
+
+    async def drive():
+        # Each step suspends on the loop under test, inside one of its tasks.
+        g = agen()
+        a = await g.__anext__()
+        b = await g.asend("x")
+        c = await g.athrow(KeyError())
+        await g.aclose()
+        return [a, b, c]
+    return await aio.create_task(drive())
 
 
 @scenario
