@@ -314,13 +314,13 @@ PyObject* Barrier_get_count(PyObject* self, void*) {
 
 PyMethodDef barrier_methods[] = {
     {"wait", Barrier_wait, METH_NOARGS,
-     "Wait (an awaitable) until `parties` tasks wait; returns this task's "
+     "wait($self, /)\n--\n\nWait (an awaitable) until `parties` tasks wait; returns this task's "
      "arrival index (0 to parties - 1)."},
     {"reset", Barrier_reset, METH_NOARGS,
-     "Back to the empty state (an awaitable); tasks waiting get "
+     "reset($self, /)\n--\n\nBack to the empty state (an awaitable); tasks waiting get "
      "BrokenBarrierError."},
     {"abort", Barrier_abort, METH_NOARGS,
-     "Break the barrier (an awaitable): present and future waiters get "
+     "abort($self, /)\n--\n\nBreak the barrier (an awaitable): present and future waiters get "
      "BrokenBarrierError."},
     {"__aenter__", Barrier_wait, METH_NOARGS, nullptr},
     {"__aexit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Barrier_aexit)),

@@ -446,13 +446,14 @@ PyObject* Condition_get_lock(PyObject* self, void*) {
 
 PyMethodDef condition_methods[] = {
     {"wait", Condition_wait, METH_NOARGS,
-     "Release the lock, wait for a notification, take the lock again (an "
+     "wait($self, /)\n--\n\nRelease the lock, wait for a notification, take the lock again (an "
      "awaitable); returns True."},
     {"notify",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Condition_notify)),
-     METH_FASTCALL, "Wake up to n waiters (default 1); the lock must be held."},
+     METH_FASTCALL,
+     "notify($self, n=1, /)\n--\n\nWake up to n waiters (default 1); the lock must be held."},
     {"notify_all", Condition_notify_all, METH_NOARGS,
-     "Wake every waiter; the lock must be held."},
+     "notify_all($self, /)\n--\n\nWake every waiter; the lock must be held."},
     {nullptr, nullptr, 0, nullptr},
 };
 

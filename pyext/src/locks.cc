@@ -242,10 +242,10 @@ PyObject* Lock_get_locked(PyObject* self, void*) { return Lock_locked(self, null
 
 PyMethodDef lock_methods[] = {
     {"acquire", Lock_acquire, METH_NOARGS,
-     "Acquire the lock (an awaitable): waits in FIFO order; returns True."},
+     "acquire($self, /)\n--\n\nAcquire the lock (an awaitable): waits in FIFO order; returns True."},
     {"release", Lock_release, METH_NOARGS,
-     "Release the lock; RuntimeError if it is not held."},
-    {"locked", Lock_locked, METH_NOARGS, "True if the lock is held."},
+     "release($self, /)\n--\n\nRelease the lock; RuntimeError if it is not held."},
+    {"locked", Lock_locked, METH_NOARGS, "locked($self, /)\n--\n\nTrue if the lock is held."},
     {"__aenter__", Lock_aenter, METH_NOARGS, nullptr},
     {"__aexit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(AexitByReleasing<Lock_release>)),
      METH_FASTCALL, nullptr},
@@ -358,10 +358,10 @@ PyObject* Semaphore_get_bound(PyObject* self, void*) {
 
 PyMethodDef semaphore_methods[] = {
     {"acquire", Semaphore_acquire, METH_NOARGS,
-     "Take a permit (an awaitable): waits in FIFO order when none is free; returns True."},
-    {"release", Semaphore_release, METH_NOARGS, "Give a permit back."},
+     "acquire($self, /)\n--\n\nTake a permit (an awaitable): waits in FIFO order when none is free; returns True."},
+    {"release", Semaphore_release, METH_NOARGS, "release($self, /)\n--\n\nGive a permit back."},
     {"locked", Semaphore_locked, METH_NOARGS,
-     "True if acquire() would wait (no permit, or tasks queued ahead)."},
+     "locked($self, /)\n--\n\nTrue if acquire() would wait (no permit, or tasks queued ahead)."},
     {"__aenter__", Semaphore_aenter, METH_NOARGS, nullptr},
     {"__aexit__",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(AexitByReleasing<Semaphore_release>)),
@@ -452,10 +452,10 @@ PyObject* Event_get_value(PyObject* self, void*) { return Event_is_set(self, nul
 
 PyMethodDef event_methods[] = {
     {"wait", Event_wait, METH_NOARGS,
-     "Wait until the flag is set (an awaitable); returns True."},
-    {"set", Event_set, METH_NOARGS, "Set the flag and wake every waiter."},
-    {"clear", Event_clear, METH_NOARGS, "Reset the flag."},
-    {"is_set", Event_is_set, METH_NOARGS, "True if the flag is set."},
+     "wait($self, /)\n--\n\nWait until the flag is set (an awaitable); returns True."},
+    {"set", Event_set, METH_NOARGS, "set($self, /)\n--\n\nSet the flag and wake every waiter."},
+    {"clear", Event_clear, METH_NOARGS, "clear($self, /)\n--\n\nReset the flag."},
+    {"is_set", Event_is_set, METH_NOARGS, "is_set($self, /)\n--\n\nTrue if the flag is set."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -650,26 +650,46 @@ PyObject* Queue_get_putters(PyObject* self, void*) {
   return WaitersAsList(&AsQueue(self)->mu, AsQueue(self)->putters);
 }
 
+// Docstrings open with a signature line ("name($self, ...)\n--\n\n"), so
+// inspect.signature() reads them as it reads stdlib's.
 PyMethodDef queue_methods[] = {
     {"get", Queue_get, METH_NOARGS,
+     "get($self, /)\n--\n\n"
      "Remove and return an item (an awaitable), waiting while the queue is empty."},
     {"put", Queue_put, METH_O,
+     "put($self, item, /)\n--\n\n"
      "Put an item (an awaitable), waiting while the queue is full."},
     {"join", Queue_join, METH_NOARGS,
+     "join($self, /)\n--\n\n"
      "Wait (an awaitable) until every item put has been marked done."},
     {"get_nowait", Queue_get_nowait, METH_NOARGS,
+     "get_nowait($self, /)\n--\n\n"
      "Remove and return an item now; QueueEmpty if there is none."},
     {"put_nowait", Queue_put_nowait, METH_O,
+     "put_nowait($self, item, /)\n--\n\n"
      "Put an item now; QueueFull if there is no room."},
-    {"task_done", Queue_task_done, METH_NOARGS, "One item taken earlier is fully processed."},
+    {"task_done", Queue_task_done, METH_NOARGS,
+     "task_done($self, /)\n--\n\nOne item taken earlier is fully processed."},
     {"shutdown",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Queue_shutdown)),
      METH_VARARGS | METH_KEYWORDS,
+     "shutdown($self, /, immediate=False)\n--\n\n"
      "Refuse new items and wake blocked put()s; with immediate=True also drop "
      "what is queued and wake blocked get()s."},
-    {"qsize", Queue_qsize, METH_NOARGS, "Number of items in the queue."},
-    {"empty", Queue_empty, METH_NOARGS, "True if the queue is empty."},
-    {"full", Queue_full, METH_NOARGS, "True if there are maxsize items in the queue."},
+    // Unlike on a one-thread loop, the three below are snapshots: tasks on
+    // other workers may put or get between the answer and its use.
+    {"qsize", Queue_qsize, METH_NOARGS,
+     "qsize($self, /)\n--\n\n"
+     "Number of items in the queue: a snapshot (other workers may change it "
+     "at once)."},
+    {"empty", Queue_empty, METH_NOARGS,
+     "empty($self, /)\n--\n\n"
+     "True if the queue is empty: a snapshot (other workers may change it "
+     "at once)."},
+    {"full", Queue_full, METH_NOARGS,
+     "full($self, /)\n--\n\n"
+     "True if there are maxsize items in the queue: a snapshot (other "
+     "workers may change it at once)."},
     {"_items", Queue_items, METH_NOARGS, "A snapshot of the items, oldest first."},
     {"_wait_for_room", Queue_wait_for_room, METH_NOARGS,
      "Wait (an awaitable) in line with put()s until the queue is not full; "

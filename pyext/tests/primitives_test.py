@@ -567,3 +567,24 @@ def test_queue_storage_hooks_may_call_the_queue(loop):
     assert box["sizes"]  # The comparisons ran, and saw the queue.
     assert seen == [("a", 0, True), ("b", 1, False)]
     assert first == "a"
+
+
+@pytest.mark.parametrize("name,method", [
+    ("Lock", "acquire"), ("Lock", "release"), ("Lock", "locked"),
+    ("Event", "wait"), ("Event", "set"), ("Event", "clear"), ("Event", "is_set"),
+    ("Semaphore", "acquire"), ("Semaphore", "release"), ("Semaphore", "locked"),
+    ("Condition", "wait"), ("Condition", "notify"), ("Condition", "notify_all"),
+    ("Barrier", "wait"), ("Barrier", "reset"), ("Barrier", "abort"),
+    ("Queue", "get"), ("Queue", "put"), ("Queue", "get_nowait"),
+    ("Queue", "put_nowait"), ("Queue", "join"), ("Queue", "task_done"),
+    ("Queue", "qsize"), ("Queue", "empty"), ("Queue", "full"),
+    ("Queue", "shutdown"),
+])
+def test_c_methods_have_stdlibs_signatures(name, method):
+    # inspect.signature() reads our C methods (their docstrings open with
+    # a signature line) and finds stdlib's parameters, defaults included.
+    import inspect
+    ours = inspect.signature(getattr(getattr(asyncio, name), method))
+    theirs = inspect.signature(getattr(getattr(stdlib_asyncio, name), method))
+    assert [(p.name, p.default) for p in ours.parameters.values()] == \
+        [(p.name, p.default) for p in theirs.parameters.values()]
