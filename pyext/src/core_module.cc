@@ -1,10 +1,13 @@
 // mt_asyncio._core: the extension module over the C++ runtime.
 //
-// This first slice owns the process-wide Runtime, attaches its workers to
-// the interpreter for their whole life (detaching around every park), lets
-// Python callables run on the workers, and exports the runtime's admin
-// interface in a capsule for the control plane. The asyncio loop, Task and
-// Future types are built on this in later work.
+// This file owns the process-wide Runtime (through RuntimeHolder), attaches
+// its workers to the interpreter for their whole life (detaching around
+// every park), lets Python callables run on the workers, exports the
+// runtime's admin interface for the control plane, and registers the
+// types that live in files of their own: Loop and its handles (loop.cc),
+// Future (future.cc), Task (task.cc), gather (gather.cc), the primitives
+// (locks.cc, condition.cc, barrier.cc), queues (queues.cc), transports
+// (transport.cc, datagram.cc) and fd watchers (fd_watch.cc).
 
 #include <Python.h>
 #include <pybind11/pybind11.h>
