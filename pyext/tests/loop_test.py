@@ -405,7 +405,8 @@ def test_tasks_step_on_several_workers_at_once(loop):
     accumulate while another runs) adds up to more than the wall-clock time
     the run took. One core at a time can never do that; overlapping
     wall-clock intervals alone would not prove it (time slicing gives them
-    too)."""
+    too). One worker measures 1.0 at most, two about 2.0 on a quiet
+    machine; anything past 1.05 needs two cores at once."""
     records = []
     lock = threading.Lock()
 
@@ -430,17 +431,17 @@ def test_tasks_step_on_several_workers_at_once(loop):
             await t
 
     best = 0.0
-    for _ in range(5):  # Other processes may hold a core for a while.
+    for _ in range(20):  # Other processes may hold a core for a while.
         records.clear()
         wall = time.perf_counter()
         run(loop, main())
         wall = time.perf_counter() - wall
         best = max(best, sum(cpu for _, cpu in records) / wall)
-        if best > 1.15:
+        if best > 1.05:
             break
     threads = {tid for tid, _ in records}
     assert len(threads) >= 2, f"steps ran on {len(threads)} thread(s)"
-    assert best > 1.15, f"steps used {best:.2f}x the wall time in CPU: not in parallel"
+    assert best > 1.05, f"steps used {best:.2f}x the wall time in CPU: not in parallel"
     assert not sys._is_gil_enabled()
     per_worker = [w["units_run"] for w in mt_asyncio.runtime_info()["workers"]]
     assert sum(1 for n in per_worker if n > 0) >= 2

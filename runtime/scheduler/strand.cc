@@ -127,7 +127,11 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
   // remembers it and the strand is queued again once this poll ends, so a
   // unit pushed after the poll looked at the queue for the last time is
   // never stranded.
-  if (kind == task::ScheduleKind::kYield) kind = task::ScheduleKind::kWake;
+  if (kind == task::ScheduleKind::kYield) {
+    // The running unit gave way: Poll ends after it (see there).
+    if (current_strand == this) unit_yielded_ = true;
+    kind = task::ScheduleKind::kWake;
+  }
   if (open_scopes > 0 && current_strand != this) {
     Ref();  // Held until the running unit's scope hands it over.
     held_wakes.emplace_back(this, kind);
@@ -182,6 +186,14 @@ bool Strand::Poll() {
     // (Schedule above), behind whatever else is waiting here.
     RunScope scope;
     task::RunTask(task);
+    if (unit_yielded_) {
+      // It asked to let others go first (asyncio.sleep(0)): running it
+      // again here would not. The wake it made queues this strand again,
+      // behind what is waiting on this worker.
+      unit_yielded_ = false;
+      ++ran;
+      break;
+    }
   }
   current_strand = outer;
   LeaveSelf();

@@ -36,7 +36,9 @@ namespace mt::runtime::scheduler {
 // The strand is itself a unit of `target`: binding a unit to it
 // (Task::set_executor) makes every wake of that unit go through
 // Schedule(), which appends it to the strand's queue and wakes the strand.
-// The strand runs at most kBudget units per poll, then yields its worker.
+// The strand runs at most kBudget units per poll, then yields its worker;
+// a unit that yields (sleep(0)) ends the poll at once, so what it yields
+// to — other strands, this strand's children — runs before it again.
 //
 // Lifetime: reference counted through its unit state; each bound unit holds
 // one reference (Retain/Release), the creator another.
@@ -144,6 +146,9 @@ class Strand final : public task::Task, public task::Executor {
   std::mutex mu_;
   std::deque<task::Task*> queue_;  // Guarded by mu_; one reference each.
   bool cancelled_ = false;         // Guarded by mu_.
+  // Set by Schedule when the unit running in this strand's poll yields
+  // (kYield: asyncio.sleep(0)); only that thread touches it.
+  bool unit_yielded_ = false;
 
   std::mutex gate_mu_;
   int readers_ = 0;              // Running descendants. Guarded by gate_mu_.

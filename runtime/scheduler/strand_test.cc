@@ -205,6 +205,44 @@ TEST(StrandTest, WakesToOtherStrandsWaitForTheRunThatGaveThem) {
   rt.Shutdown();
 }
 
+// A unit that yields (asyncio.sleep(0)) gives way to what it started: a
+// child strand's unit woken in that step runs before the yielding unit's
+// next step, as on asyncio's loop (before, the parent's poll ran the unit
+// again at once and held its children off meanwhile).
+TEST(StrandTest, YieldingUnitLetsItsChildrenRunFirst) {
+  Runtime rt(TestConfig(1));
+  ASSERT_TRUE(rt.Start().ok());
+  Strand* parent = Strand::Create(rt.executor());
+  Strand* child = Strand::Create(rt.executor(), parent);
+  std::atomic<bool> child_ran{false};
+  std::atomic<int> seen_at_second_step{-1};
+  auto* in_child = new LambdaTask(
+      [&](LambdaTask*) {
+        child_ran.store(true);
+        return true;
+      },
+      /*scheduled=*/false);
+  in_child->set_executor(child);
+  auto steps = std::make_shared<int>(0);
+  ASSERT_TRUE(rt.Spawn([&, steps] {
+                  StartOn(parent, [&, steps](LambdaTask* self) {
+                    if ((*steps)++ == 0) {
+                      in_child->Wake();
+                      in_child->Unref();
+                      self->Wake(task::ScheduleKind::kYield);
+                      return false;
+                    }
+                    seen_at_second_step.store(child_ran.load() ? 1 : 0);
+                    return true;
+                  })->Unref();
+                }).ok());
+  ASSERT_TRUE(Eventually([&] { return seen_at_second_step.load() >= 0; }));
+  EXPECT_EQ(seen_at_second_step.load(), 1);
+  child->Unref();
+  parent->Unref();
+  rt.Shutdown();
+}
+
 // A parent's units never run while a child's do; children run in parallel
 // with each other; nested descendants are excluded too.
 TEST(StrandTest, ParentExcludesItsDescendantsWhichRunInParallel) {
