@@ -45,6 +45,11 @@ NETWORK = (
     "test_ssl", "test_sslproto", "test_buffered_proto", "test_protocols",
 )
 BAR = {"1": 0.98, "N": 0.95}
+# The list of differences in docs/compatibility.md is kept for this
+# CPython's test_asyncio; another version's suite has other tests (and
+# 3.13 other asyncio behaviour): there the counts are reported, and only a
+# hang that repeats fails.
+CALIBRATED_FOR = (3, 14)
 
 _KNOWN_ROW = re.compile(
     r"^\|\s*`(?P<test>test_\w+(?:\.\w+)+)`\s*\|\s*(?P<workers>1|N|all)\s*\|"
@@ -246,6 +251,13 @@ def main():
             o, t = totals.get((group, key), (0, 0))
             totals[(group, key)] = (o + ok, t + total)
 
+    calibrated = sys.version_info[:2] == CALIBRATED_FOR
+    if not calibrated:
+        print(f"note: the list of differences is kept for CPython "
+              f"{'.'.join(map(str, CALIBRATED_FOR))}; on "
+              f"{sys.version_info.major}.{sys.version_info.minor} unlisted "
+              "differences and the bar are reported, not enforced")
+        all_problems = [p for p in all_problems if p.endswith(": HANG")]
     status = 0 if not all_problems else 1
     for (group, key), (ok, total) in sorted(totals.items()):
         share = ok / total if total else 1.0
@@ -253,7 +265,7 @@ def main():
         verdict = "ok" if share >= BAR[key] else "BELOW BAR"
         print(f"CPYTHON TOTAL {group} mt@{label}: {ok}/{total} of what stdlib"
               f" passes ({share:.1%}; bar {BAR[key]:.0%}) {verdict}")
-        if share < BAR[key] and not args.bar_not_enforced:
+        if share < BAR[key] and not args.bar_not_enforced and calibrated:
             status = 1
     print(f"{len(all_problems)} problems")
     return status if args.check else 0
