@@ -380,7 +380,7 @@ TEST(RuntimeTest, StartStopStress) {
 // the shutdown runs with that caller's grace (the check and the request
 // are one step; they were two, and several callers could win).
 TEST(RuntimeTest, BeginShutdownRaceHasOneWinner) {
-  for (int round = 0; round < 300; ++round) {
+  for (int round = 0; round < 100; ++round) {
     Runtime rt(TestConfig(2));
     ASSERT_TRUE(rt.Start().ok());
     admin::AdminApi& admin = rt;
@@ -410,6 +410,11 @@ TEST(RuntimeTest, BeginShutdownRaceHasOneWinner) {
 // supervisor's eventfd, after the reactor was made) leaves the runtime
 // stopped, not "running" with no workers for work to wait on forever.
 TEST(RuntimeTest, StartThatFailsHalfWayLeavesItStopped) {
+#if defined(__SANITIZE_THREAD__)
+  // TSan opens descriptors of its own lazily; starving the process of
+  // them, even briefly, hangs its exit. ASan and plain builds run it.
+  GTEST_SKIP() << "descriptor exhaustion is not safe under TSan";
+#endif
   Runtime rt(TestConfig(2));
   rlimit old{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);

@@ -308,7 +308,15 @@ TEST(TaskTest, InspectionsNeverOverlapPollsUnderConcurrentWakes) {
   std::atomic<bool> stop{false};
   std::atomic<int> inspections{0};
   std::thread waker([&] {
-    for (int k = 0; k < 20000; ++k) t->Wake();
+    // At least 20000 wakes, and on until the inspector got in once (on a
+    // loaded machine it may not be scheduled before 20000 are done),
+    // bounded by 10 s.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (int k = 0; k < 20000 || (inspections.load() == 0 &&
+                                  std::chrono::steady_clock::now() < deadline);
+         ++k) {
+      t->Wake();
+    }
   });
   std::thread inspector([&] {
     while (!stop.load()) {
