@@ -13,6 +13,7 @@ import weakref
 from asyncio import coroutines, events, exceptions
 
 from . import _core, base_events, tasks
+from .base_events import _serial_tasks
 from . import servers as servers_module
 
 __all__ = ["Runner", "run"]
@@ -106,11 +107,6 @@ def _drain(grace):
 
 
 _core._set_drain_hook(_drain)
-
-
-def _serial_tasks():
-    compat = sys.modules.get("mt_asyncio.compat")
-    return compat is not None and compat.serial_tasks()
 
 
 def _custom_policy():
