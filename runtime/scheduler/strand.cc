@@ -159,6 +159,14 @@ Strand::RunScope::~RunScope() {
   held_wakes.resize(start_);
 }
 
+bool Strand::RunScope::HoldsWakeOfDescendantOf(const Strand* strand) const {
+  for (std::size_t i = start_; i < held_wakes.size(); ++i) {
+    const Strand* woken = held_wakes[i].first;
+    if (woken != strand && strand->Excludes(woken)) return true;
+  }
+  return false;
+}
+
 void Strand::OnComplete(task::Task* task) { executor()->OnComplete(task); }
 
 task::Task* Strand::Pop() {
@@ -179,13 +187,18 @@ bool Strand::Poll() {
   }
   Strand* outer = std::exchange(current_strand, this);
   int ran = 0;
+  bool gave_way = false;
   for (; ran < kBudget; ++ran) {
     task::Task* task = Pop();
     if (task == nullptr) break;
     // A unit that wakes itself while it runs is pushed back on this queue
     // (Schedule above), behind whatever else is waiting here.
-    RunScope scope;
-    task::RunTask(task);
+    bool woke_descendant;
+    {
+      RunScope scope;
+      task::RunTask(task);
+      woke_descendant = scope.HoldsWakeOfDescendantOf(this);
+    }
     if (unit_yielded_) {
       // It asked to let others go first (asyncio.sleep(0)): running it
       // again here would not. The wake it made queues this strand again,
@@ -194,11 +207,20 @@ bool Strand::Poll() {
       ++ran;
       break;
     }
+    if (woke_descendant) {
+      // It woke one of our descendants (a task closing or writing to a
+      // connection it owns), which cannot run while we do. On a one-thread
+      // loop what it scheduled runs before what is scheduled after it (the
+      // task's done callbacks): end the poll so the descendant goes first.
+      ++ran;
+      gave_way = true;
+      break;
+    }
   }
   current_strand = outer;
   LeaveSelf();
   LeaveAncestors(nullptr);
-  if (ran == kBudget) {
+  if (ran == kBudget || gave_way) {
     // Units queued before this poll began woke a strand that was already
     // scheduled, which the state word does not remember: ask again, and
     // let other work run first.

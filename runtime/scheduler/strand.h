@@ -38,7 +38,10 @@ namespace mt::runtime::scheduler {
 // Schedule(), which appends it to the strand's queue and wakes the strand.
 // The strand runs at most kBudget units per poll, then yields its worker;
 // a unit that yields (sleep(0)) ends the poll at once, so what it yields
-// to — other strands, this strand's children — runs before it again.
+// to — other strands, this strand's children — runs before it again; so
+// does a unit that wakes one of this strand's descendants, which could not
+// run before the poll ends, so that it runs before the units queued here
+// after it, as on a one-thread loop.
 //
 // Lifetime: reference counted through its unit state; each bound unit holds
 // one reference (Retain/Release), the creator another.
@@ -118,6 +121,10 @@ class Strand final : public task::Task, public task::Executor {
     ~RunScope();
     RunScope(const RunScope&) = delete;
     RunScope& operator=(const RunScope&) = delete;
+
+    // Whether a wake held since this scope began is for a strand below
+    // `strand` (not `strand` itself).
+    bool HoldsWakeOfDescendantOf(const Strand* strand) const;
 
    private:
     std::size_t start_;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -238,6 +239,57 @@ TEST(StrandTest, YieldingUnitLetsItsChildrenRunFirst) {
                 }).ok());
   ASSERT_TRUE(Eventually([&] { return seen_at_second_step.load() >= 0; }));
   EXPECT_EQ(seen_at_second_step.load(), 1);
+  child->Unref();
+  parent->Unref();
+  rt.Shutdown();
+}
+
+// A unit that wakes a descendant's unit lets it run before the units queued
+// on its own strand after it, as a one-thread loop runs its ready queue in
+// order (a task that closes the connection it owns, then completes: the
+// connection's connection_lost runs before the task's done callbacks).
+// Before, the parent's poll ran its whole queue first, the descendant
+// waiting outside.
+TEST(StrandTest, UnitWakingADescendantLetsItRunBeforeTheNextUnit) {
+  Runtime rt(TestConfig(1));
+  ASSERT_TRUE(rt.Start().ok());
+  Strand* parent = Strand::Create(rt.executor());
+  Strand* child = Strand::Create(rt.executor(), parent);
+  std::mutex order_mu;
+  std::vector<char> order;
+  auto record = [&](char c) {
+    std::lock_guard<std::mutex> lock(order_mu);
+    order.push_back(c);
+  };
+  auto* in_child = new LambdaTask(
+      [&](LambdaTask*) {
+        record('C');
+        return true;
+      },
+      /*scheduled=*/false);
+  in_child->set_executor(child);
+  auto* next_in_parent = new LambdaTask(
+      [&](LambdaTask*) {
+        record('B');
+        return true;
+      },
+      /*scheduled=*/false);
+  next_in_parent->set_executor(parent);
+  ASSERT_TRUE(rt.Spawn([&] {
+                  StartOn(parent, [&](LambdaTask*) {
+                    record('A');
+                    in_child->Wake();
+                    next_in_parent->Wake();
+                    return true;
+                  })->Unref();
+                }).ok());
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(order_mu);
+    return order.size() == 3;
+  }));
+  EXPECT_EQ(std::string(order.begin(), order.end()), "ACB");
+  in_child->Unref();
+  next_in_parent->Unref();
   child->Unref();
   parent->Unref();
   rt.Shutdown();
