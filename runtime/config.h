@@ -43,6 +43,9 @@ struct Config {
   // Default grace period of a coordinated shutdown: how long in-flight
   // work may continue after servers stop accepting.
   std::chrono::milliseconds shutdown_grace{5'000};
+  // One worker runs units in the order they were scheduled, as asyncio's
+  // loop does (no LIFO slot); see SchedulerOptions::lone_worker_fifo.
+  bool lone_worker_fifo = true;
 };
 
 // Resolves worker_threads == 0 to the default for this machine.

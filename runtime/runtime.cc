@@ -24,6 +24,7 @@ namespace {
 scheduler::SchedulerOptions SchedulerOptionsFor(const Config& config) {
   scheduler::SchedulerOptions options;
   options.thread_name_prefix = config.thread_name_prefix;
+  options.lone_worker_fifo = config.lone_worker_fifo;
   options.max_workers = std::max<std::size_t>(
       config.max_worker_threads, ResolveWorkerThreads(config));
   return options;

@@ -197,7 +197,9 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
   Worker* w = current_worker;
   if (w != nullptr && w->scheduler == this &&
       w->slot->status.load(std::memory_order_relaxed) == SlotStatus::kRunning) {
-    if (kind == task::ScheduleKind::kWake && !w->parked) {
+    const bool lone = idle_.num_workers() <= 1;
+    if (kind == task::ScheduleKind::kWake && !w->parked &&
+        !(lone && options_.lone_worker_fifo)) {
       task::Task* previous = std::exchange(w->lifo, task);
       w->slot->metrics.lifo_occupied.store(true, std::memory_order_relaxed);
       if (previous != nullptr) PushLocal(*w->slot, previous);
@@ -207,7 +209,7 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
     // A lone worker has nobody to wake (it is the caller): skip the fence in
     // WorkerToNotify. A worker added by a resize starts unparked and looks
     // at every queue before it parks.
-    if (idle_.num_workers() <= 1) return;
+    if (lone) return;
     // Reactor wakes delivered while this worker drives the reactor: it will
     // run them itself when the turn ends and wakes helpers for the rest then
     // (Worker::NotifyForReactorWork), one futex wake per batch rather than

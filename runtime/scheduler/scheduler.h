@@ -35,6 +35,11 @@ struct SchedulerOptions {
   // Consecutive runs from the LIFO slot before its task is sent to the back
   // of the queue; stops a ping-pong pair from starving everything else.
   std::uint32_t max_lifo_polls = 3;
+  // With a single worker, wakes go to the back of its queue instead of the
+  // LIFO slot: units run in the order they were scheduled, as asyncio's one
+  // thread runs its ready queue, so code that relies on that order works
+  // unchanged on one worker. With more workers no order holds anyway.
+  bool lone_worker_fifo = true;
 };
 
 // The multi-threaded work-stealing scheduler.
@@ -42,7 +47,8 @@ struct SchedulerOptions {
 //   outside threads ──push──► Injector (global FIFO) ◄──batches── workers
 //   worker k: LIFO slot + LocalQueue (ring of 256) ◄──steal half── others
 //
-// A worker runs its LIFO slot (the unit it just woke), then its own queue,
+// A worker runs its LIFO slot (the unit it just woke; none when it is the
+// only worker and lone_worker_fifo holds), then its own queue,
 // then the injector, then steals from random victims, and finally parks:
 // on the shared reactor if nobody else drives it, else on its condition
 // variable. Idle tracks searching/parked workers so a push wakes at most one

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -184,6 +185,42 @@ TEST_P(SchedulerTest, PingPongPairCannotStarveTheQueue) {
   a->Unref();
   b->Unref();
   rt.Shutdown();
+}
+
+// One worker runs what it woke in the order it woke it, as asyncio's one
+// thread runs its ready queue; with lone_worker_fifo off, the last wake
+// takes the LIFO slot and runs first (the multi-worker rule).
+TEST_P(SchedulerTest, LoneWorkerRunsWakesInOrder) {
+  for (bool fifo : {true, false}) {
+    Config config = TestConfig(1, GetParam());
+    config.lone_worker_fifo = fifo;
+    Runtime rt(config);
+    ASSERT_TRUE(rt.Start().ok());
+    std::mutex order_mu;
+    std::string order;
+    std::vector<LambdaTask*> units;
+    for (char name : {'x', 'y', 'z'}) {
+      auto* unit = new LambdaTask(
+          [&, name](LambdaTask*) {
+            std::lock_guard<std::mutex> lock(order_mu);
+            order.push_back(name);
+            return true;
+          },
+          /*scheduled=*/false);
+      unit->set_executor(rt.executor());
+      units.push_back(unit);
+    }
+    ASSERT_TRUE(rt.Spawn([&] {
+                    for (LambdaTask* unit : units) unit->Wake();
+                  }).ok());
+    ASSERT_TRUE(Eventually([&] {
+      std::lock_guard<std::mutex> lock(order_mu);
+      return order.size() == 3;
+    }));
+    EXPECT_EQ(order, fifo ? "xyz" : "zxy") << "lone_worker_fifo=" << fifo;
+    for (LambdaTask* unit : units) unit->Unref();
+    rt.Shutdown();
+  }
 }
 
 TEST_P(SchedulerTest, TimerWakesTaskNotBeforeDeadline) {
