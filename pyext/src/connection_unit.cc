@@ -243,6 +243,7 @@ PyObject* ConnectionUnit::GetWriteBufferLimits() {
 
 int Unit_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
+  Py_VISIT(reinterpret_cast<UnitObject*>(self)->base_extra);
   if (ConnectionUnit* u = UnitOf(self)) Py_VISIT(u->extra_);
   return 0;
 }
@@ -251,6 +252,7 @@ void Unit_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
   auto* o = reinterpret_cast<UnitObject*>(self);
   if (o->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
+  Py_CLEAR(o->base_extra);
   if (o->unit != nullptr) std::exchange(o->unit, nullptr)->Unref();
   PyTypeObject* type = Py_TYPE(self);
   type->tp_free(self);
@@ -324,6 +326,38 @@ const PyMethodDef unit_methods[] = {
      METH_VARARGS | METH_KEYWORDS, nullptr},
 };
 }  // namespace
+
+PyTypeObject* MakeUnitType(PyObject* module, PyType_Spec* spec,
+                           std::initializer_list<const char*> base_names) {
+  PyObject* transports = PyImport_ImportModule("asyncio.transports");
+  if (transports == nullptr) return nullptr;
+  PyObject* bases = PyTuple_New(static_cast<Py_ssize_t>(base_names.size()));
+  bool fit = bases != nullptr;
+  Py_ssize_t i = 0;
+  for (const char* name : base_names) {
+    if (bases == nullptr) break;
+    PyObject* base = PyObject_GetAttrString(transports, name);
+    if (base == nullptr) {
+      Py_DECREF(bases);
+      Py_DECREF(transports);
+      return nullptr;
+    }
+    // Each must be a plain class whose instances are BaseTransport's:
+    // __slots__ = ('_extra',) over object, no dict, no weak references,
+    // nothing variable-sized.
+    auto* type = reinterpret_cast<PyTypeObject*>(base);
+    fit = fit && PyType_Check(base) &&
+          type->tp_basicsize == offsetof(UnitObject, unit) && type->tp_itemsize == 0 &&
+          type->tp_dictoffset == 0 && type->tp_weaklistoffset == 0 &&
+          (type->tp_flags & (Py_TPFLAGS_MANAGED_DICT | Py_TPFLAGS_MANAGED_WEAKREF)) == 0;
+    PyTuple_SET_ITEM(bases, i++, base);
+  }
+  Py_DECREF(transports);
+  if (bases == nullptr) return nullptr;
+  PyObject* type = PyType_FromModuleAndSpec(module, spec, fit ? bases : nullptr);
+  Py_DECREF(bases);
+  return reinterpret_cast<PyTypeObject*>(type);
+}
 
 PyMethodDef* WithUnitMethods(const PyMethodDef* own) {
   auto* all = new std::vector<PyMethodDef>();  // Never freed: see header.

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <initializer_list>
 #include <vector>
 
 #include "runtime/io/scheduled_io.h"
@@ -115,6 +116,10 @@ class ConnectionUnit : public runtime::task::Task {
 // The Python object of both transport types: a reference to its unit.
 struct UnitObject {
   PyObject_HEAD
+  // The one slot of asyncio.BaseTransport (`_extra`), which the types
+  // derive from (MakeUnitType); unused by ours (get_extra_info reads
+  // extra_), kept so the layout starts as the base's does.
+  PyObject* base_extra;
   ConnectionUnit* unit;  // One reference; nullptr once deallocated.
   PyObject* weakreflist;
 };
@@ -122,6 +127,15 @@ struct UnitObject {
 inline ConnectionUnit* UnitOf(PyObject* self) {
   return reinterpret_cast<UnitObject*>(self)->unit;
 }
+
+// Makes a transport type from `spec` deriving from the classes of
+// asyncio.transports named in `base_names` (as stdlib's transports do), so
+// that isinstance() checks written for stdlib's transports hold for ours.
+// If a class's layout is not the one UnitObject starts with (a different
+// Python), the type derives from object instead. New reference, or nullptr
+// with an error.
+PyTypeObject* MakeUnitType(PyObject* module, PyType_Spec* spec,
+                           std::initializer_list<const char*> base_names);
 
 // The slots and methods both transport types share; each type's tables
 // list them beside its own.

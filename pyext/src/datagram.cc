@@ -404,6 +404,7 @@ PyObject* MakeDatagramTransport(PyObject*, PyObject* const* args, Py_ssize_t nar
     Py_DECREF(extra);
     return nullptr;
   }
+  d->base_extra = nullptr;
   d->weakreflist = nullptr;
   auto* e = new Endpoint(loop, sock, fd);
   d->unit = e;
@@ -452,8 +453,7 @@ int RegisterDatagramType(PyObject* module) {
   for (PyType_Slot& slot : datagram_slots) {
     if (slot.slot == Py_tp_methods) slot.pfunc = WithUnitMethods(datagram_methods);
   }
-  datagram_type = reinterpret_cast<PyTypeObject*>(
-      PyType_FromModuleAndSpec(module, &datagram_spec, nullptr));
+  datagram_type = MakeUnitType(module, &datagram_spec, {"Transport", "DatagramTransport"});
   if (datagram_type == nullptr ||
       PyModule_AddObjectRef(module, "DatagramTransport",
                             reinterpret_cast<PyObject*>(datagram_type)) < 0) {

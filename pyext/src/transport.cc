@@ -810,6 +810,7 @@ PyObject* NewTransport(PyObject* loop, PyObject* sock, Conn** out) {
   if (fd < 0) return nullptr;
   auto* t = PyObject_GC_New(UnitObject, transport_type);
   if (t == nullptr) return nullptr;
+  t->base_extra = nullptr;
   t->weakreflist = nullptr;
   auto* conn = new Conn(loop, sock, fd);
   t->unit = conn;
@@ -1143,8 +1144,7 @@ int RegisterTransportTypes(PyObject* module) {
   for (PyType_Slot& slot : transport_slots) {
     if (slot.slot == Py_tp_methods) slot.pfunc = WithUnitMethods(transport_methods);
   }
-  transport_type = reinterpret_cast<PyTypeObject*>(
-      PyType_FromModuleAndSpec(module, &transport_spec, nullptr));
+  transport_type = MakeUnitType(module, &transport_spec, {"Transport"});
   listener_type = reinterpret_cast<PyTypeObject*>(
       PyType_FromModuleAndSpec(module, &listener_spec, nullptr));
   if (transport_type == nullptr || listener_type == nullptr) return -1;

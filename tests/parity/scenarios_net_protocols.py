@@ -589,3 +589,27 @@ async def proto_many_connections_callbacks_never_overlap(aio):
     server.close()
     await aio.wait_for(server.wait_closed(), TIMEOUT)
     return sorted(set(results))
+
+
+@scenario
+async def proto_transports_are_asyncio_transports(aio):
+    """isinstance() checks written for stdlib's transports hold (libraries
+    test `isinstance(transport, asyncio.Transport)`)."""
+    Recorder = make_recorder(aio)
+    server, sp, ct, cp = await _pair(aio, Recorder, Recorder)
+    loop = aio.get_running_loop()
+    lost = loop.create_future()
+
+    class Datagram(aio.DatagramProtocol):
+        def connection_lost(self, exc):
+            lost.set_result(exc)
+
+    dt, _ = await loop.create_datagram_endpoint(Datagram, local_addr=("127.0.0.1", 0))
+    classes = (aio.BaseTransport, aio.ReadTransport, aio.WriteTransport,
+               aio.Transport, aio.DatagramTransport)
+    kinds = [[cls.__name__ for cls in classes if isinstance(t, cls)]
+             for t in (ct, sp.transport, dt)]
+    dt.close()
+    await aio.wait_for(lost, TIMEOUT)
+    await _finish(aio, server, sp, cp)
+    return kinds
