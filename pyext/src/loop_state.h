@@ -1,0 +1,150 @@
+#ifndef MT_PYEXT_SRC_LOOP_STATE_H_
+#define MT_PYEXT_SRC_LOOP_STATE_H_
+
+// What the files implementing mt_asyncio._core.Loop share: the loop's
+// state and the pieces of its type defined outside loop.cc (handles,
+// done-callback batches, the task registry and task creation, the
+// blocking-pool bridge). Everything else goes through loop.h.
+
+#include <Python.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "pyext/src/fd_watch.h"
+#include "pyext/src/future.h"
+#include "pyext/src/loop.h"
+#include "runtime/runtime.h"
+#include "runtime/task/task.h"
+
+namespace mt::pyext::loop_internal {
+
+namespace task = runtime::task;
+using Clock = std::chrono::steady_clock;
+
+// Guards one registry shard: a few pointer writes per task creation and
+// completion. A pthread mutex cost more than the list update itself (the
+// unlock alone was ~5% of one_million); contention is rare (16 shards), so
+// a waiter spins briefly and then yields its core.
+class ShardLock {
+ public:
+  void lock() {
+    for (int spins = 0; locked_.exchange(true, std::memory_order_acquire); ++spins) {
+      while (locked_.load(std::memory_order_relaxed)) {
+        if (++spins > 64) std::this_thread::yield();
+      }
+    }
+  }
+  void unlock() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+struct LoopState {
+  std::shared_ptr<runtime::Runtime> runtime;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool running = false;         // Guarded by mu.
+  bool stop_requested = false;  // Guarded by mu.
+  bool closed = false;          // Guarded by mu.
+  std::vector<task::Task*> deferred;  // Guarded by mu; one reference each.
+  std::atomic<bool> running_flag{false};
+  // Debug mode: callbacks are checked when scheduled (stdlib does the same
+  // only in debug mode; otherwise a bad callback fails when it runs).
+  std::atomic<bool> debug{false};
+  // Debug mode logs callbacks and steps that run at least this long
+  // (slow_callback_duration; stdlib's default is 0.1 s).
+  std::atomic<std::int64_t> slow_callback_ns{100'000'000};
+  // Steps and callbacks debug mode found slow (for the control plane).
+  std::atomic<std::uint64_t> slow_steps{0};
+  std::atomic<bool> closed_flag{false};  // Mirrors `closed`, read lock-free.
+  // Whether the loop object has a task factory: create_task reads this
+  // instead of taking the loop's critical section (one lock every worker's
+  // create_task would meet) in the usual case of none.
+  std::atomic<bool> has_task_factory{false};
+  // Pending tasks, for all_tasks(): intrusive lists (no allocation, no
+  // hashing) sharded by address so task creation and completion on many
+  // workers rarely meet on one mutex. Entries are borrowed: a task is
+  // registered from creation until it completes (or is dropped unrun), and
+  // all that time its step unit holds it alive.
+  static constexpr std::size_t kTaskShards = 16;
+  struct alignas(64) TaskShard {
+    TaskShard() { head.prev = head.next = &head; }
+    ShardLock mu;
+    TaskLink head;  // Circular list sentinel.
+    std::uint64_t registered = 0;  // Tasks ever registered; guarded by mu.
+    std::uint64_t live = 0;        // Registered now; guarded by mu.
+  };
+  TaskShard task_shards[kTaskShards];
+  // File descriptors registered for add_reader/add_writer and transports.
+  FdTable fds;
+  TaskShard& ShardFor(PyObject* task) {
+    const auto h = reinterpret_cast<std::uintptr_t>(task) >> 6;
+    return task_shards[h % kTaskShards];
+  }
+};
+
+struct LoopObject {
+  PyObject_HEAD
+  LoopState* st;
+  PyObject* weakreflist;
+  PyObject* task_factory;  // Strong, or nullptr for the default.
+};
+
+inline LoopState* StateOf(PyObject* loop) {
+  return reinterpret_cast<LoopObject*>(loop)->st;
+}
+
+// The loop's clock: time.monotonic()'s, in seconds.
+double NowSeconds();
+
+// Runs fn(*args) inside `ctx` (which may be nullptr: the current context).
+PyObject* CallInContext(PyObject* ctx, PyObject* fn, PyObject* const* args,
+                        std::size_t nargs);
+
+// --- handle.cc: Handle and TimerHandle ---
+
+// Adds Handle and TimerHandle to `module`. 0, or -1 with an error.
+int RegisterHandleTypes(PyObject* module);
+// call_soon: a Handle for callback(*args) in `context` (all borrowed), run
+// on a worker soon. New reference, or nullptr with an error.
+PyObject* ScheduleSoon(PyObject* loop, PyObject* callback, PyObject* args,
+                       PyObject* context);
+// call_at: a TimerHandle run at loop time `when`. New reference, or nullptr.
+PyObject* ScheduleAt(PyObject* loop, double when, PyObject* callback,
+                     PyObject* args, PyObject* context);
+
+// --- callback_batch.cc ---
+
+// The future hook that runs a completed future's done callbacks on one of
+// `loop`'s workers (FutureHooks::schedule_batch).
+int ScheduleBatch(PyObject* loop, PyObject* fut, std::vector<Callback>& cbs);
+
+// --- loop_tasks.cc: task creation and the task registry ---
+
+// Remembers the Loop type's own create_task (LoopOverridesCreateTask).
+int InitTaskCreation(PyTypeObject* loop_type);
+PyObject* Loop_create_future(PyObject* self, PyObject*);
+PyObject* Loop_create_task(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
+                           PyObject* kwnames);
+PyObject* Loop_set_task_factory(PyObject* self, PyObject* factory);
+PyObject* Loop_get_task_factory(PyObject* self, PyObject*);
+PyObject* Loop_get_task_factory_attr(PyObject* self, void*);
+PyObject* Loop_all_tasks(PyObject* self, PyObject*);
+PyObject* Loop_mt_counts(PyObject* self, PyObject* by_state_arg);
+
+// --- loop_blocking.cc ---
+
+PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+
+}  // namespace mt::pyext::loop_internal
+
+#endif  // MT_PYEXT_SRC_LOOP_STATE_H_
