@@ -638,23 +638,25 @@ PyObject* Future_get_callbacks(PyObject* self, void*) {
 }
 
 PyMethodDef future_methods[] = {
-    {"result", Future_result, METH_NOARGS, "Return the result of the Future."},
+    {"result", Future_result, METH_NOARGS, "result($self, /)\n--\n\nReturn the result of the Future."},
     {"exception", Future_exception, METH_NOARGS,
-     "Return the exception set on the Future."},
-    {"set_result", Future_set_result, METH_O, "Mark the Future done, with a result."},
+     "exception($self, /)\n--\n\nReturn the exception set on the Future."},
+    {"set_result", Future_set_result, METH_O, "set_result($self, result, /)\n--\n\nMark the Future done, with a result."},
     {"set_exception", Future_set_exception, METH_O,
-     "Mark the Future done, with an exception."},
+     "set_exception($self, exception, /)\n--\n\nMark the Future done, with an exception."},
     {"add_done_callback",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Future_add_done_callback)),
      METH_FASTCALL | METH_KEYWORDS,
+     "add_done_callback($self, fn, /, *, context=None)\n--\n\n"
      "Add a callback to run (through the loop) when the Future is done."},
     {"remove_done_callback", Future_remove_done_callback, METH_O,
+     "remove_done_callback($self, fn, /)\n--\n\n"
      "Remove every instance of a callback; return how many."},
     {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Future_cancel)),
-     METH_VARARGS | METH_KEYWORDS, "Cancel the Future and schedule callbacks."},
-    {"cancelled", Future_cancelled, METH_NOARGS, "True if the Future was cancelled."},
-    {"done", Future_done, METH_NOARGS, "True if the Future is done."},
-    {"get_loop", Future_get_loop, METH_NOARGS, "The loop the Future is bound to."},
+     METH_VARARGS | METH_KEYWORDS, "cancel($self, /, msg=None)\n--\n\nCancel the Future and schedule callbacks."},
+    {"cancelled", Future_cancelled, METH_NOARGS, "cancelled($self, /)\n--\n\nTrue if the Future was cancelled."},
+    {"done", Future_done, METH_NOARGS, "done($self, /)\n--\n\nTrue if the Future is done."},
+    {"get_loop", Future_get_loop, METH_NOARGS, "get_loop($self, /)\n--\n\nThe loop the Future is bound to."},
     {"_make_cancelled_error", Future_make_cancelled_error, METH_NOARGS,
      "The CancelledError to raise for this cancelled Future."},
     {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS,

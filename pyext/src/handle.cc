@@ -247,9 +247,9 @@ PyObject* TimerHandle_get_scheduled(PyObject* self, void*) {
 }
 
 PyMethodDef handle_methods[] = {
-    {"cancel", Handle_cancel, METH_NOARGS, "Cancel the call (no-op once run)."},
-    {"cancelled", Handle_cancelled, METH_NOARGS, "True if cancel() was called."},
-    {"get_context", Handle_get_context, METH_NOARGS, "The context it runs in."},
+    {"cancel", Handle_cancel, METH_NOARGS, "cancel($self, /)\n--\n\nCancel the call (no-op once run)."},
+    {"cancelled", Handle_cancelled, METH_NOARGS, "cancelled($self, /)\n--\n\nTrue if cancel() was called."},
+    {"get_context", Handle_get_context, METH_NOARGS, "get_context($self, /)\n--\n\nThe context it runs in."},
     {"_run", Handle_run, METH_NOARGS, "Run the callback now, on this thread."},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -263,7 +263,7 @@ PyGetSetDef handle_getset[] = {
 
 PyMethodDef timer_handle_methods[] = {
     {"when", TimerHandle_when, METH_NOARGS,
-     "The loop.time() at which the callback is scheduled."},
+     "when($self, /)\n--\n\nThe loop.time() at which the callback is scheduled."},
     {nullptr, nullptr, 0, nullptr},
 };
 

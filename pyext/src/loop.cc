@@ -417,17 +417,21 @@ int Loop_set_slow_callback_duration(PyObject* self, PyObject* value, void*) {
 
 PyMethodDef loop_methods[] = {
     {"call_soon", FASTCALL_KW(Loop_call_soon), METH_FASTCALL | METH_KEYWORDS,
+     "call_soon($self, callback, /, *args, context=None)\n--\n\n"
      "Run callback(*args) on a worker as soon as possible."},
     {"call_soon_threadsafe", FASTCALL_KW(Loop_call_soon_threadsafe),
-     METH_FASTCALL | METH_KEYWORDS, "Same as call_soon: every method is thread-safe."},
+     METH_FASTCALL | METH_KEYWORDS, "call_soon_threadsafe($self, callback, /, *args, context=None)\n--\n\n"
+     "Same as call_soon: every method is thread-safe."},
     {"call_later", FASTCALL_KW(Loop_call_later), METH_FASTCALL | METH_KEYWORDS,
+     "call_later($self, delay, callback, /, *args, context=None)\n--\n\n"
      "Run callback(*args) after delay seconds."},
     {"call_at", FASTCALL_KW(Loop_call_at), METH_FASTCALL | METH_KEYWORDS,
+     "call_at($self, when, callback, /, *args, context=None)\n--\n\n"
      "Run callback(*args) at loop time `when`."},
-    {"time", Loop_time, METH_NOARGS, "The loop's clock (time.monotonic())."},
-    {"stop", Loop_stop, METH_NOARGS, "Make run_forever() return."},
-    {"is_running", Loop_is_running, METH_NOARGS, "True while run_forever runs."},
-    {"is_closed", Loop_is_closed, METH_NOARGS, "True once closed."},
+    {"time", Loop_time, METH_NOARGS, "time($self, /)\n--\n\nThe loop's clock (time.monotonic())."},
+    {"stop", Loop_stop, METH_NOARGS, "stop($self, /)\n--\n\nMake run_forever() return."},
+    {"is_running", Loop_is_running, METH_NOARGS, "is_running($self, /)\n--\n\nTrue while run_forever runs."},
+    {"is_closed", Loop_is_closed, METH_NOARGS, "is_closed($self, /)\n--\n\nTrue once closed."},
     {"_run_until_stopped", Loop_run_until_stopped, METH_NOARGS,
      "Let the workers run this loop's work until stop()."},
     {"_close_core", Loop_close_core, METH_NOARGS,
@@ -438,13 +442,15 @@ PyMethodDef loop_methods[] = {
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Loop_run_blocking)),
      METH_FASTCALL, "Run func(*args) on the runtime's blocking pool into a future."},
     {"create_future", Loop_create_future, METH_NOARGS,
-     "A new Future attached to this loop."},
+     "create_future($self, /)\n--\n\nA new Future attached to this loop."},
     {"create_task", FASTCALL_KW(Loop_create_task), METH_FASTCALL | METH_KEYWORDS,
+     "create_task($self, coro, /, **kwargs)\n--\n\n"
      "Wrap a coroutine in a Task scheduled on this loop."},
     {"set_task_factory", Loop_set_task_factory, METH_O,
+     "set_task_factory($self, factory, /)\n--\n\n"
      "Use factory(loop, coro, **kwargs) for create_task (None: the default)."},
     {"get_task_factory", Loop_get_task_factory, METH_NOARGS,
-     "The task factory, or None."},
+     "get_task_factory($self, /)\n--\n\nThe task factory, or None."},
     {"_all_tasks", Loop_all_tasks, METH_NOARGS,
      "The loop's tasks that have not completed (a set)."},
     {"_mt_counts", Loop_mt_counts, METH_O,

@@ -579,6 +579,20 @@ def test_queue_storage_hooks_may_call_the_queue(loop):
     ("Queue", "put_nowait"), ("Queue", "join"), ("Queue", "task_done"),
     ("Queue", "qsize"), ("Queue", "empty"), ("Queue", "full"),
     ("Queue", "shutdown"),
+    ("Future", "result"), ("Future", "exception"), ("Future", "set_result"),
+    ("Future", "set_exception"),
+    ("Future", "remove_done_callback"), ("Future", "cancel"),
+    ("Future", "cancelled"), ("Future", "done"), ("Future", "get_loop"),
+    ("Task", "cancel"), ("Task", "cancelling"), ("Task", "uncancel"),
+    ("Task", "get_coro"), ("Task", "get_context"), ("Task", "get_name"),
+    ("Task", "set_name"), ("Task", "get_stack"), ("Task", "print_stack"),
+    ("EventLoop", "call_soon"), ("EventLoop", "call_soon_threadsafe"),
+    ("EventLoop", "call_later"), ("EventLoop", "call_at"), ("EventLoop", "time"),
+    ("EventLoop", "stop"), ("EventLoop", "is_running"), ("EventLoop", "is_closed"),
+    ("EventLoop", "create_future"), ("EventLoop", "set_task_factory"),
+    ("EventLoop", "get_task_factory"),
+    ("Handle", "cancel"), ("Handle", "cancelled"), ("Handle", "get_context"),
+    ("TimerHandle", "when"),
 ])
 def test_c_methods_have_stdlibs_signatures(name, method):
     # inspect.signature() reads our C methods (their docstrings open with
