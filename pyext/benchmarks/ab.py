@@ -1,0 +1,84 @@
+"""A/B of two builds of mt_asyncio on the bench's workloads.
+
+Each build is the `pyext` directory of a `bazel build -c opt //pyext:bench`
+runfiles tree, copied aside with its links resolved:
+
+    bazel build -c opt //pyext:bench
+    cp -rL bazel-bin/pyext/bench.runfiles/mt_asyncio/pyext /tmp/before
+
+then, with the other build in bazel-bin (or copied the same way):
+
+    python3.14t pyext/benchmarks/ab.py --before /tmp/before \\
+        --after bazel-bin/pyext/bench.runfiles/mt_asyncio/pyext \\
+        --rounds 7 --scale 0.5 --threads 1,2 one_million mixed
+
+Every cell is a fresh process that imports one build's mt_asyncio and
+runs the workload once to warm up and once timed; the two builds
+alternate which goes first in each round, so drift on a shared machine
+lands on both. Prints a Markdown row per workload and worker count:
+medians (seconds), their ratio, and each build's range.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+
+CHILD = r"""
+import json, sys, time
+sys.path[:0] = [{build!r}, {bench!r}]
+import backends, workloads
+make = workloads.WORKLOADS[{workload!r}]
+backends.run_mt_asyncio(make({scale!r}), {threads})
+start = time.perf_counter()
+backends.run_mt_asyncio(make({scale!r}), {threads})
+print(json.dumps(time.perf_counter() - start))
+"""
+
+
+def run_cell(build, workload, threads, scale):
+    code = CHILD.format(build=build, bench=BENCH_DIR, workload=workload,
+                        scale=scale, threads=threads)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=900)
+    if out.returncode != 0:
+        raise SystemExit(f"{workload} on {build} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--before", required=True)
+    parser.add_argument("--after", required=True)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--scale", type=float, default=0.5)
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("workloads", nargs="+")
+    args = parser.parse_args()
+    builds = {"before": os.path.abspath(args.before),
+              "after": os.path.abspath(args.after)}
+    print("| workload | workers | before | after | after/before "
+          "| before range | after range |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for workload in args.workloads:
+        for threads in (int(t) for t in args.threads.split(",")):
+            times = {"before": [], "after": []}
+            for r in range(args.rounds):
+                order = ("before", "after") if r % 2 == 0 else ("after", "before")
+                for name in order:
+                    times[name].append(
+                        run_cell(builds[name], workload, threads, args.scale))
+            b = statistics.median(times["before"])
+            a = statistics.median(times["after"])
+            print(f"| {workload} | {threads} | {b:.3f} | {a:.3f} | {a / b:.2f}× "
+                  f"| {min(times['before']):.3f}–{max(times['before']):.3f} "
+                  f"| {min(times['after']):.3f}–{max(times['after']):.3f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
