@@ -4,8 +4,8 @@
 // its workers to the interpreter for their whole life (detaching around
 // every park), lets Python callables run on the workers, exports the
 // runtime's admin interface for the control plane, and registers the
-// types that live in files of their own: Loop and its handles (loop.cc),
-// Future (future.cc), Task (task.cc), gather (gather.cc), the primitives
+// types that live in files of their own: Loop (loop.cc, with handle.cc,
+// loop_tasks.cc, callback_batch.cc, loop_blocking.cc), Future (future.cc), Task (task.cc), gather (gather.cc), the primitives
 // (locks.cc, condition.cc, barrier.cc), queues (queues.cc), transports
 // (transport.cc, datagram.cc) and fd watchers (fd_watch.cc).
 

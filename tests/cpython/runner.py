@@ -205,10 +205,6 @@ def main():
     parser.add_argument("--check", action="store_true",
                         help="exit 1 on a hang or an unlisted difference, "
                              "and unless the bar is met")
-    parser.add_argument("--bar-not-enforced", action="store_true",
-                        help="with --check: report the bar, fail only on hangs "
-                             "and unlisted differences (a group still short "
-                             "of the bar, see docs/compatibility.md)")
     parser.add_argument("--log", default=None,
                         help="where hung tests' stacks go (default: stderr)")
     args = parser.parse_args()
@@ -265,7 +261,7 @@ def main():
         verdict = "ok" if share >= BAR[key] else "BELOW BAR"
         print(f"CPYTHON TOTAL {group} mt@{label}: {ok}/{total} of what stdlib"
               f" passes ({share:.1%}; bar {BAR[key]:.0%}) {verdict}")
-        if share < BAR[key] and not args.bar_not_enforced and calibrated:
+        if share < BAR[key] and calibrated:
             status = 1
     print(f"{len(all_problems)} problems")
     return status if args.check else 0
