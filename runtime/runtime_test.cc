@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -403,6 +404,37 @@ TEST(RuntimeTest, BeginShutdownRaceHasOneWinner) {
     EXPECT_EQ(winners.load(), 1);
     EXPECT_TRUE(rt.WaitStopped(milliseconds(10000)));
     EXPECT_EQ(rt.shutdown_grace().count(), winning_grace.load());
+  }
+}
+
+// A worker's Shutdown() after an operator's BeginShutdown() leaves the
+// operator's grace in force, for the drain hooks too: the shutdown already
+// requested stands. (A worker's request used to overwrite the requested
+// grace with its own until the supervisor picked it up, which takes it
+// tens of microseconds: the worker below is already spinning when the
+// operator's call returns.)
+TEST(RuntimeTest, WorkerShutdownKeepsTheRequestedGrace) {
+  for (int round = 0; round < 50; ++round) {
+    Runtime rt(TestConfig(2));
+    std::atomic<std::int64_t> drain_saw_ms{-1};
+    rt.AddDrainHook([&] { drain_saw_ms.store(rt.shutdown_grace().count()); });
+    ASSERT_TRUE(rt.Start().ok());
+    std::atomic<bool> ready{false};
+    std::atomic<bool> go{false};
+    ASSERT_TRUE(rt.Spawn([&] {
+                    ready.store(true, std::memory_order_release);
+                    while (!go.load(std::memory_order_acquire)) {
+                    }
+                    rt.Shutdown(milliseconds(2000));
+                  }).ok());
+    while (!ready.load(std::memory_order_acquire)) {
+    }
+    admin::AdminApi& admin = rt;
+    ASSERT_TRUE(admin.BeginShutdown(milliseconds(1234)).ok());
+    go.store(true, std::memory_order_release);
+    ASSERT_TRUE(rt.WaitStopped(milliseconds(10000)));
+    EXPECT_EQ(drain_saw_ms.load(), 1234) << "round " << round;
+    EXPECT_EQ(rt.shutdown_grace().count(), 1234) << "round " << round;
   }
 }
 
