@@ -29,6 +29,10 @@ class _AppTransport(sslproto._SSLProtocolTransport):
             return method(*args)
         return raw._call_serialized(method, *args)
 
+    # What start_tls() calls to switch protocols on the connection's strand:
+    # TLS over this TLS connection runs on the raw connection's strand too.
+    _call_serialized = _serialized
+
     def write(self, data):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"data: expecting a bytes-like instance, "

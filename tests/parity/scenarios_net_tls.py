@@ -322,3 +322,38 @@ async def tls_loop_sendfile_falls_back(aio):
     server.close()
     await aio.wait_for(server.wait_closed(), TIMEOUT)
     return [no_native[:2], sent, got == payload]
+
+
+@scenario
+async def tls_start_tls_over_tls(aio):
+    """start_tls() on a connection that is already TLS: TLS inside TLS on
+    both ends (a proxy's CONNECT tunnel to a TLS origin does this)."""
+    sctx = server_context()
+
+    async def handler(reader, writer):
+        line = await reader.readline()
+        writer.write(b"OK " + line)
+        await writer.drain()
+        await writer.start_tls(sctx)
+        secret = await reader.readline()
+        writer.write(b"inner " + secret)
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    server = await aio.start_server(handler, "127.0.0.1", 0, ssl=server_context())
+    r, w = await aio.open_connection("127.0.0.1", port_of(server),
+                                     ssl=client_context(),
+                                     server_hostname="localhost")
+    w.write(b"STARTTLS\n")
+    ok = await aio.wait_for(r.readline(), TIMEOUT)
+    outer = w.get_extra_info("ssl_object")
+    await aio.wait_for(w.start_tls(client_context(), server_hostname="localhost"),
+                       TIMEOUT)
+    inner = w.get_extra_info("ssl_object")
+    w.write(b"pw\n")
+    reply = await aio.wait_for(r.readline(), TIMEOUT)
+    await close_writer(aio, w)
+    server.close()
+    await aio.wait_for(server.wait_closed(), TIMEOUT)
+    return [ok, reply, outer is not inner, inner.version()]
