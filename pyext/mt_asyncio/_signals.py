@@ -50,6 +50,18 @@ def listen(wanted):
             _previous[sig] = signal.SIG_DFL if previous is None else previous
 
 
+def listening():
+    """The signals runtime(signals=...) listens for."""
+    with _lock:
+        return set(_previous)
+
+
+def listener():
+    """The handler runtime(signals=...) installs (a loop's
+    remove_signal_handler() gives a signal it listens for back to it)."""
+    return _on_signal
+
+
 def _on_signal(signum, frame):
     from . import runners  # Imported late: runners imports the loop.
 

@@ -24,6 +24,7 @@ from . import _admin, _core, tasks
 from .connections import ConnectionMethods
 from .sendfile import SendfileMethods
 from .sockets import SocketMethods
+from .unix_signals import SignalMethods
 
 __all__ = ["EventLoop", "new_event_loop"]
 
@@ -50,7 +51,7 @@ def _run_until_complete_cb(fut):
 
 
 class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
-                SendfileMethods, events.AbstractEventLoop):
+                SendfileMethods, SignalMethods, events.AbstractEventLoop):
     """An asyncio event loop whose callbacks and tasks run on the mt_asyncio
     runtime's worker threads, in parallel."""
 
@@ -137,6 +138,7 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
             raise RuntimeError("Cannot close a running event loop")
         if self.is_closed():
             return
+        self._remove_signal_handlers()
         self._close_core()
         self._executor_shutdown_called = True
         executor = self._default_executor

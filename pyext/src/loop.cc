@@ -234,6 +234,17 @@ PyObject* Loop_time(PyObject*, PyObject*) { return PyFloat_FromDouble(NowSeconds
 // Runs the loop until stop(): the calling thread only waits (detached, so
 // it never holds up the workers), waking every 50 ms to let signal
 // handlers (Ctrl-C) run.
+// Runs what the workers handed to the runner thread (_call_in_runner).
+void RunRunnerCalls(std::vector<PyObject*>& calls) {
+  for (PyObject* fn : calls) {
+    PyObject* res = PyObject_CallNoArgs(fn);
+    if (res == nullptr) PyErr_WriteUnraisable(fn);
+    Py_XDECREF(res);
+    Py_DECREF(fn);
+  }
+  calls.clear();
+}
+
 PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
   LoopState* st = StateOf(self);
   std::vector<task::Task*> release;
@@ -256,6 +267,7 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
     unit->Unref();
   }
   PyObject* error = nullptr;
+  std::vector<PyObject*> calls;
   while (true) {
     bool stop = false;
     Py_BEGIN_ALLOW_THREADS;
@@ -263,11 +275,14 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
       // The mutex must be released before re-attaching: a worker holding
       // the GIL (GIL builds) may be waiting for it in stop().
       std::unique_lock<std::mutex> lock(st->mu);
-      st->cv.wait_for(lock, std::chrono::milliseconds(50),
-                      [st] { return st->stop_requested; });
+      st->cv.wait_for(lock, std::chrono::milliseconds(50), [st] {
+        return st->stop_requested || !st->runner_calls.empty();
+      });
       stop = st->stop_requested;
+      calls.swap(st->runner_calls);
     }
     Py_END_ALLOW_THREADS;
+    RunRunnerCalls(calls);
     if (stop) break;
     if (PyErr_CheckSignals() < 0) {
       error = PyErr_GetRaisedException();
@@ -287,11 +302,31 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
     st->running = false;
     st->stop_requested = false;
     st->running_flag.store(false, std::memory_order_release);
+    calls.swap(st->runner_calls);  // None can be added now.
   }
+  // A worker waiting for one of these must not wait forever.
+  RunRunnerCalls(calls);
   if (error != nullptr) {
     PyErr_SetRaisedException(error);
     return nullptr;
   }
+  Py_RETURN_NONE;
+}
+
+// _call_in_runner(fn): fn() on the thread in run_forever(), soon; the
+// caller waits for its outcome if it needs one. RuntimeError if the loop
+// is not running.
+PyObject* Loop_call_in_runner(PyObject* self, PyObject* fn) {
+  LoopState* st = StateOf(self);
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (!st->running) {
+      PyErr_SetString(PyExc_RuntimeError, "the event loop is not running");
+      return nullptr;
+    }
+    st->runner_calls.push_back(Py_NewRef(fn));
+  }
+  st->cv.notify_all();
   Py_RETURN_NONE;
 }
 
@@ -434,6 +469,9 @@ PyMethodDef loop_methods[] = {
     {"is_closed", Loop_is_closed, METH_NOARGS, "is_closed($self, /)\n--\n\nTrue once closed."},
     {"_run_until_stopped", Loop_run_until_stopped, METH_NOARGS,
      "Let the workers run this loop's work until stop()."},
+    {"_call_in_runner", Loop_call_in_runner, METH_O,
+     "Run fn() soon on the thread in run_forever() (for what only the main "
+     "thread may do)."},
     {"_close_core", Loop_close_core, METH_NOARGS,
      "Refuse new work and cancel what never ran."},
     {"_set_core_debug", Loop_set_core_debug, METH_O,

@@ -56,6 +56,10 @@ struct LoopState {
   bool stop_requested = false;  // Guarded by mu.
   bool closed = false;          // Guarded by mu.
   std::vector<task::Task*> deferred;  // Guarded by mu; one reference each.
+  // Callables the thread in run_forever() runs for the workers (what only
+  // the main thread may do: signal.signal, set_wakeup_fd). Guarded by mu;
+  // one reference each.
+  std::vector<PyObject*> runner_calls;
   std::atomic<bool> running_flag{false};
   // Debug mode: callbacks are checked when scheduled (stdlib does the same
   // only in debug mode; otherwise a bad callback fails when it runs).

@@ -226,3 +226,38 @@ def test_shutdown_stops_accepting_then_closes_open_connections():
     assert log in ("['connected']", "['connected', 'handler saw eof']"), proc.stdout
     assert seen == ("[('client read', b''), "
                     "('new connection', 'ConnectionRefusedError')]"), proc.stdout
+
+
+def test_loop_signal_handler_takes_a_listed_signal_while_installed():
+    # runtime(signals=[SIGTERM]) listens; a loop handler for SIGTERM takes
+    # it while installed (no shutdown); once removed, the signal is the
+    # runtime's again and winds the run down.
+    proc = run_child("""
+        mt_asyncio.runtime(threads=2, signals=[signal.SIGTERM])
+        listener = signal.getsignal(signal.SIGTERM)
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            got = asyncio.Event()
+            loop.add_signal_handler(signal.SIGTERM, got.set)
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.wait_for(got.wait(), 10)
+            log.append("loop handler ran")
+            loop.remove_signal_handler(signal.SIGTERM)
+            log.append(signal.getsignal(signal.SIGTERM) is listener)
+            os.kill(os.getpid(), signal.SIGTERM)
+            try:
+                await asyncio.sleep(30)
+            finally:
+                log.append("cancelled")
+
+        try:
+            asyncio.run(main())
+            report("returned")
+        except BaseException as e:
+            report(f"{type(e).__name__}:{e}")
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "CancelledError:mt_asyncio runtime shutdown (SIGTERM)"
+        "|['loop handler ran', True, 'cancelled']|True")

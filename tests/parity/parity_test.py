@@ -29,12 +29,14 @@ import scenarios_net_sockets  # noqa: E402,F401
 import scenarios_net_streams  # noqa: E402,F401
 import scenarios_net_tls  # noqa: E402,F401
 import scenarios_queues  # noqa: E402,F401
+import scenarios_signals  # noqa: E402,F401
 import scenarios_tasks  # noqa: E402,F401
 
 N_THREADS = int(os.environ.get("MT_PARITY_THREADS", "4"))
+# Modules whose scenarios open descriptors: each run must close them all.
 NET_MODULES = {"scenarios_net_datagram", "scenarios_net_protocols",
                "scenarios_net_sockets", "scenarios_net_streams",
-               "scenarios_net_tls"}
+               "scenarios_net_tls", "scenarios_signals"}
 ROUNDS = int(os.environ.get("MT_PARITY_ROUNDS", "1"))
 # One run takes well under a second; a run this long is hung (see
 # watchdog.py), and is reported as such at once.
