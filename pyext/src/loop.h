@@ -15,14 +15,17 @@ namespace mt::pyext {
 struct FdTable;
 
 // mt_asyncio._core.Loop: the C++ core of the parallel event loop. The
-// Python class mt_asyncio.events.EventLoop derives from it and adds the
-// slower parts of the asyncio API.
+// Python class mt_asyncio.base_events.EventLoop derives from it and adds
+// the slower parts of the asyncio API.
 //
 // Work for the loop (handles, task steps, done-callback batches) is a
 // runtime task. While the loop runs it goes straight to the runtime's
 // workers; while it is stopped it waits in the loop's deferred list, and a
 // unit a worker picks up after a stop goes back there: as with stdlib
-// asyncio, nothing of a loop runs while the loop is not running.
+// asyncio, nothing of a loop starts while the loop is not running. (A unit
+// already running on another worker when stop() is called finishes there,
+// possibly after run_forever() has returned: stdlib's loop would have run
+// it before returning.)
 
 // Adds Loop, Handle and TimerHandle to `module`. 0, or -1 with an error.
 int RegisterLoopTypes(PyObject* module);
