@@ -158,22 +158,25 @@ async def tls_protocol_callbacks_and_close_notify(aio):
     return [bytes(sp.data), sp.log, cp.log, write_eof]
 
 
-@scenario
-async def tls_start_tls_upgrade(aio):
-    loop = aio.get_running_loop()
-    sctx = server_context()
-
+def _starttls_handler(sctx, reply_prefix):
+    """A server handler: answers one plain line, upgrades the connection
+    to TLS with `sctx`, then answers one line over it."""
     async def handler(reader, writer):
         line = await reader.readline()
         writer.write(b"OK " + line)
         await writer.drain()
         await writer.start_tls(sctx)
         secret = await reader.readline()
-        writer.write(b"secure " + secret)
+        writer.write(reply_prefix + secret)
         await writer.drain()
         writer.close()
         await writer.wait_closed()
+    return handler
 
+
+@scenario
+async def tls_start_tls_upgrade(aio):
+    handler = _starttls_handler(server_context(), b"secure ")
     server = await aio.start_server(handler, "127.0.0.1", 0)
     r, w = await aio.open_connection("127.0.0.1", port_of(server))
     w.write(b"STARTTLS\n")
@@ -328,19 +331,7 @@ async def tls_loop_sendfile_falls_back(aio):
 async def tls_start_tls_over_tls(aio):
     """start_tls() on a connection that is already TLS: TLS inside TLS on
     both ends (a proxy's CONNECT tunnel to a TLS origin does this)."""
-    sctx = server_context()
-
-    async def handler(reader, writer):
-        line = await reader.readline()
-        writer.write(b"OK " + line)
-        await writer.drain()
-        await writer.start_tls(sctx)
-        secret = await reader.readline()
-        writer.write(b"inner " + secret)
-        await writer.drain()
-        writer.close()
-        await writer.wait_closed()
-
+    handler = _starttls_handler(server_context(), b"inner ")
     server = await aio.start_server(handler, "127.0.0.1", 0, ssl=server_context())
     r, w = await aio.open_connection("127.0.0.1", port_of(server),
                                      ssl=client_context(),
