@@ -323,7 +323,9 @@ class _AsCompletedIterator:
         self._timeout_handle = None
         if timeout is not None and todo:
             self._timeout_handle = loop.call_later(timeout, self._handle_timeout)
-        for f in todo:
+        # A snapshot: a future already done has its callback run at once on
+        # another worker, which takes it out of the set meanwhile.
+        for f in list(todo):
             f.add_done_callback(self._handle_completion)
 
     def _handle_completion(self, f):

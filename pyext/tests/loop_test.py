@@ -540,3 +540,24 @@ def test_repr_of_a_task_running_on_another_worker_does_not_read_its_frame(loop):
     assert while_running.endswith("busy() running>>"), while_running
     assert " at " not in while_running
     assert "done, defined at" in after and "result='done'" in after
+
+
+def test_as_completed_over_futures_already_done():
+    # A done future's callback runs at once on another worker, taking the
+    # future out of as_completed()'s pending set while as_completed() was
+    # still adding callbacks to the rest of it ("Set changed size during
+    # iteration" in most rounds before the fix).
+    async def main():
+        loop = asyncio.get_running_loop()
+        counts = []
+        for _ in range(100):
+            futs = [loop.create_future() for _ in range(64)]
+            for f in futs:
+                f.set_result(None)
+            seen = 0
+            async for _ in asyncio.as_completed(futs):
+                seen += 1
+            counts.append(seen)
+        return counts
+
+    assert asyncio.run(asyncio.wait_for(main(), WAIT), threads=4) == [64] * 100
