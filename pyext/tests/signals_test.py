@@ -35,6 +35,14 @@ PRELUDE = textwrap.dedent("""
     def report(outcome):
         stopped = mt_asyncio.runtime_info()["state"] != "running"
         print(outcome, log, stopped, sep="|")
+
+    def run_and_report(coro):
+        # "returned", or the exception asyncio.run() raised, as "Type:message".
+        try:
+            asyncio.run(coro)
+            report("returned")
+        except BaseException as exc:
+            report(f"{type(exc).__name__}:{exc}")
 """)
 
 
@@ -62,11 +70,7 @@ def test_listed_signal_winds_down_asyncio_run(name, expected):
             asyncio.get_running_loop().create_task(send_when_started())
             await main()
 
-        try:
-            asyncio.run(program())
-            report("returned")
-        except BaseException as exc:
-            report(f"{{type(exc).__name__}}:{{exc}}")
+        run_and_report(program())
     """)
     assert proc.returncode == 0, proc.stderr
     # The main task was cancelled and unwound (its finally could await);
@@ -162,11 +166,7 @@ def test_runtime_shutdown_from_another_thread_winds_down_a_run():
             mt_asyncio._core.request_shutdown()
 
         threading.Thread(target=shut_down_when_started).start()
-        try:
-            asyncio.run(main())
-            report("returned")
-        except BaseException as exc:
-            report(f"{type(exc).__name__}:{exc}")
+        run_and_report(main())
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().split("|") == [
@@ -251,11 +251,7 @@ def test_loop_signal_handler_takes_a_listed_signal_while_installed():
             finally:
                 log.append("cancelled")
 
-        try:
-            asyncio.run(main())
-            report("returned")
-        except BaseException as e:
-            report(f"{type(e).__name__}:{e}")
+        run_and_report(main())
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
