@@ -332,10 +332,13 @@ PyTypeObject* MakeUnitType(PyObject* module, PyType_Spec* spec,
   PyObject* transports = PyImport_ImportModule("asyncio.transports");
   if (transports == nullptr) return nullptr;
   PyObject* bases = PyTuple_New(static_cast<Py_ssize_t>(base_names.size()));
-  bool fit = bases != nullptr;
+  if (bases == nullptr) {
+    Py_DECREF(transports);
+    return nullptr;
+  }
+  bool fit = true;
   Py_ssize_t i = 0;
   for (const char* name : base_names) {
-    if (bases == nullptr) break;
     PyObject* base = PyObject_GetAttrString(transports, name);
     if (base == nullptr) {
       Py_DECREF(bases);
@@ -353,7 +356,6 @@ PyTypeObject* MakeUnitType(PyObject* module, PyType_Spec* spec,
     PyTuple_SET_ITEM(bases, i++, base);
   }
   Py_DECREF(transports);
-  if (bases == nullptr) return nullptr;
   PyObject* type = PyType_FromModuleAndSpec(module, spec, fit ? bases : nullptr);
   Py_DECREF(bases);
   return reinterpret_cast<PyTypeObject*>(type);
