@@ -474,7 +474,13 @@ async def lock_waited_on_from_second_loop_raises(aio):
     lock = aio.Lock()
     await lock.acquire()
     waiter = aio.create_task(lock.acquire())
-    await aio.sleep(0)
+    # On a parallel loop the waiter's first step may run after this task's
+    # next one: go on only once it is queued on the lock (it is after one
+    # sleep(0) on asyncio's loop), so the lock is this loop's.
+    for _ in range(10_000):
+        await aio.sleep(0)
+        if "waiters:1" in repr(lock):
+            break
 
     def from_other_loop():
         async def use():
