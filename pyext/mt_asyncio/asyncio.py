@@ -2,13 +2,12 @@
 loop.
 
 Every name in stdlib ``asyncio.__all__`` is here. The loop, Future, Task,
-the combinators, timeouts, TaskGroup, the synchronization primitives and
-the queues are mt_asyncio's own, correct when tasks run on several worker
-threads at once. Exceptions, constants, protocol base classes and helpers
-that only build on the loop's API are stdlib's own objects (so ``except
-asyncio.CancelledError`` catches ours everywhere). Names not implemented
-for the parallel loop yet raise NotImplementedError when used; the full
-list is in docs/compatibility.md.
+the combinators, timeouts, TaskGroup, the synchronization primitives, the
+queues and the subprocess functions are mt_asyncio's own, correct when
+tasks run on several worker threads at once. Exceptions, constants,
+protocol base classes and helpers that only build on the loop's API are
+stdlib's own objects (so ``except asyncio.CancelledError`` catches ours
+everywhere); docs/compatibility.md lists them all.
 """
 
 import asyncio as _stdlib
@@ -77,20 +76,10 @@ async def to_thread(func, /, *args, **kwargs):
     return await loop.run_in_executor(None, call)
 
 
-def _not_yet(name):
-    def unavailable(*args, **kwargs):
-        raise NotImplementedError(
-            f"mt_asyncio.asyncio.{name} is not implemented for the parallel "
-            f"loop yet (see docs/compatibility.md)")
-    unavailable.__name__ = unavailable.__qualname__ = name
-    return unavailable
-
-
-# Not implemented for the parallel loop yet. Failing loudly beats handing
-# out stdlib versions that assume one thread or a selector loop.
-for _name in ("create_subprocess_exec", "create_subprocess_shell"):
-    if _name in _stdlib.__all__:
-        globals()[_name] = _not_yet(_name)
+# asyncio.subprocess: Process and create_subprocess_* on the parallel loop
+# (reached as ``asyncio.subprocess`` too, as in stdlib).
+from . import subprocess  # noqa: E402
+from .subprocess import create_subprocess_exec, create_subprocess_shell  # noqa: E402,F401
 
 # Anything else a given Python's asyncio exports (3.13's child watchers and
 # loop policies, say) is stdlib's object.

@@ -23,7 +23,9 @@ from asyncio import coroutines, events, futures
 from . import _admin, _core, tasks
 from .connections import ConnectionMethods
 from .sendfile import SendfileMethods
+from .pipes import PipeMethods
 from .sockets import SocketMethods
+from .subprocesses import SubprocessMethods
 from .unix_signals import SignalMethods
 
 __all__ = ["EventLoop", "new_event_loop"]
@@ -51,7 +53,8 @@ def _run_until_complete_cb(fut):
 
 
 class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
-                SendfileMethods, SignalMethods, events.AbstractEventLoop):
+                SendfileMethods, SignalMethods, PipeMethods, SubprocessMethods,
+                events.AbstractEventLoop):
     """An asyncio event loop whose callbacks and tasks run on the mt_asyncio
     runtime's worker threads, in parallel."""
 
@@ -67,6 +70,8 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         self._thread_id = None
         self._native_thread_id = 0  # For the control plane's ListLoops.
         self.slow_callback_duration = 0.1
+        self._subprocesses = set()  # Children not reaped yet.
+        self._subprocesses_lock = threading.Lock()
         _admin.register_loop(self)
 
     def __repr__(self):
@@ -140,6 +145,7 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
             return
         self._remove_signal_handlers()
         self._close_core()
+        self._reap_subprocesses()
         self._executor_shutdown_called = True
         executor = self._default_executor
         if executor is not None:

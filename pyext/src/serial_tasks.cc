@@ -1,14 +1,24 @@
+// Strands seen from Python (runtime/scheduler/strand.h).
+//
 // _core._serial_task(loop, coro, context): a task on a new strand that the
-// tasks it starts share (runtime/scheduler/strand.h), so they step one at a
-// time, each after the previous, as on a one-thread loop, while the
-// connections they make or serve still run in parallel with each other.
-// What compat.install() gives asyncio.run()'s main task: libraries share
-// objects between the tasks of a program (an HTTP client's connection
-// pool) the way a one-thread loop lets them.
+// tasks it starts share, so they step one at a time, each after the
+// previous, as on a one-thread loop, while the connections they make or
+// serve still run in parallel with each other. What compat.install() gives
+// asyncio.run()'s main task: libraries share objects between the tasks of
+// a program (an HTTP client's connection pool) the way a one-thread loop
+// lets them.
+//
+// _core._connection_strand(loop) and _core._on_strand(strand, fn, *args):
+// what the transports written in Python (pipes, subprocesses) use to be
+// one strand each, as a socket connection is: the strand is a child of the
+// calling code's (which joins one if it runs in a task), and what fn
+// schedules while it runs on the caller's thread — fd watchers, callbacks,
+// tasks — is bound to the strand.
 
 #include "pyext/src/serial_tasks.h"
 
 #include "pyext/src/loop.h"
+#include "pyext/src/transport_util.h"
 #include "runtime/runtime.h"
 #include "runtime/scheduler/strand.h"
 
@@ -42,7 +52,41 @@ PyObject* SerialTask(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return task;
 }
 
+constexpr const char* kStrandCapsule = "mt_asyncio._core.strand";
+
+void DropStrand(PyObject* capsule) {
+  auto* strand = static_cast<Strand*>(PyCapsule_GetPointer(capsule, kStrandCapsule));
+  if (strand != nullptr) strand->Unref();
+}
+
+PyObject* ConnectionStrand(PyObject*, PyObject* loop) {
+  if (!IsLoop(loop)) {
+    PyErr_SetString(PyExc_TypeError, "_connection_strand(loop)");
+    return nullptr;
+  }
+  Strand* strand = transport::NewConnectionStrand(loop);
+  PyObject* capsule = PyCapsule_New(strand, kStrandCapsule, DropStrand);
+  if (capsule == nullptr) strand->Unref();
+  return capsule;
+}
+
+PyObject* OnStrand(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 2) {
+    PyErr_SetString(PyExc_TypeError, "_on_strand(strand, fn, *args)");
+    return nullptr;
+  }
+  auto* strand = static_cast<Strand*>(PyCapsule_GetPointer(args[0], kStrandCapsule));
+  if (strand == nullptr) return nullptr;
+  Strand::CurrentScope scope(strand);
+  return PyObject_Vectorcall(args[1], args + 2, nargs - 2, nullptr);
+}
+
 PyMethodDef methods[] = {
+    {"_connection_strand", ConnectionStrand, METH_O,
+     "A new strand for a transport the calling code makes (a capsule)."},
+    {"_on_strand",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(OnStrand)),
+     METH_FASTCALL, "Calls fn(*args) with what it schedules bound to the strand."},
     {"_serial_task",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(SerialTask)),
      METH_FASTCALL, "A task whose descendants share its strand."},

@@ -28,16 +28,23 @@ import scenarios_net_protocols  # noqa: E402,F401
 import scenarios_net_sockets  # noqa: E402,F401
 import scenarios_net_streams  # noqa: E402,F401
 import scenarios_net_tls  # noqa: E402,F401
+import scenarios_pipes  # noqa: E402,F401
 import scenarios_queues  # noqa: E402,F401
 import scenarios_signals  # noqa: E402,F401
+import scenarios_subprocess  # noqa: E402,F401
 import scenarios_tasks  # noqa: E402,F401
 
 N_THREADS = int(os.environ.get("MT_PARITY_THREADS", "4"))
 # Modules whose scenarios open descriptors: each run must close them all.
 NET_MODULES = {"scenarios_net_datagram", "scenarios_net_protocols",
                "scenarios_net_sockets", "scenarios_net_streams",
-               "scenarios_net_tls", "scenarios_signals"}
+               "scenarios_net_tls", "scenarios_pipes", "scenarios_signals",
+               "scenarios_subprocess"}
 ROUNDS = int(os.environ.get("MT_PARITY_ROUNDS", "1"))
+# Modules whose runs start child processes (hundreds in one scenario): the
+# stress job repeats them at most this often, to stay within its time.
+CHILD_MODULES = {"scenarios_subprocess"}
+CHILD_ROUNDS = 5
 # One run takes well under a second; a run this long is hung (see
 # watchdog.py), and is reported as such at once.
 RUN_DEADLINE_S = 120
@@ -57,7 +64,8 @@ def test_parity(name, threads):
                     f"{'.'.join(map(str, min_python))}+")
     expected = harness.run_stdlib(fn)
     network = fn.__module__ in NET_MODULES
-    for _ in range(ROUNDS):
+    rounds = min(ROUNDS, CHILD_ROUNDS) if fn.__module__ in CHILD_MODULES else ROUNDS
+    for _ in range(rounds):
         before = _open_fds() if network else None
         with watchdog.Deadline(RUN_DEADLINE_S, f"{name} @{threads}"):
             observed = harness.run_mt(fn, threads)
@@ -68,6 +76,17 @@ def test_parity(name, threads):
             # returns (closing is done in connection_lost, on a worker:
             # allow it a moment, bounded).
             assert _settled_fds(before) == before
+            # And every child it started was reaped: none left, running or
+            # a zombie.
+            assert _children() == []
+
+
+def _children():
+    found = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            found += f.read().split()
+    return found
 
 
 def _open_fds():
