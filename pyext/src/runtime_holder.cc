@@ -1,5 +1,7 @@
 #include "pyext/src/runtime_holder.h"
 
+#include <pthread.h>
+
 #include <Python.h>
 
 #include <string>
@@ -65,8 +67,25 @@ class OwnedRef {
 RuntimeHolder& RuntimeHolder::Instance() {
   // Leaked on purpose: workers and the control thread may still read it
   // while the interpreter tears down static state.
-  static auto* holder = new RuntimeHolder();
+  static auto* holder = [] {
+    auto* h = new RuntimeHolder();
+    pthread_atfork(nullptr, nullptr, [] { Instance().AfterForkInChild(); });
+    return h;
+  }();
   return *holder;
+}
+
+void RuntimeHolder::AfterForkInChild() {
+  // Only the forking thread lives on in the child: the runtime's workers,
+  // reactor and pools are gone, and a lock one of them held stays held.
+  // The parent's runtime is left behind, never shut down (that would wait
+  // for threads that do not exist): one reference leaked keeps it (and
+  // whatever loops the child still holds) from ever being destroyed. The
+  // child's first loop starts a runtime of its own.
+  new (&mu_) std::mutex();
+  if (runtime_) new std::shared_ptr<runtime::Runtime>(std::move(runtime_));
+  runtime_.reset();
+  this_worker_index = -1;
 }
 
 void RuntimeHolder::Start(runtime::Config config) {

@@ -48,6 +48,10 @@ class RuntimeHolder final : public runtime::admin::AdminApi {
   absl::Status SetBlockingIdleTtl(std::chrono::milliseconds idle_ttl) override;
   absl::Status BeginShutdown(std::chrono::milliseconds grace) override;
 
+  // In a child made by fork(): forgets the parent's runtime (its threads
+  // did not come along), so the child's loops start their own.
+  void AfterForkInChild();
+
   // What the Python layer runs when a coordinated shutdown begins (a drain
   // hook of every runtime started from now on): called with the grace in
   // seconds, on the thread running the shutdown, attached for the call.
