@@ -46,6 +46,7 @@ class _PipeProtocol:
 
     def connection_made(self, transport):
         self.pipe = transport
+        self.process._pipe_connected(self.fd, self)
 
     def data_received(self, data):
         self.process._pipe_data_received(self.fd, data)
@@ -86,7 +87,8 @@ class SubprocessTransport(transports.SubprocessTransport):
         self._exit_waiters = set()
         self._pending_calls = []  # Until connection_made() ran.
         self._finished = False
-        self._pipes = {}
+        self._pipes = {}  # fd -> _PipeProtocol (None until connected)
+        self._pipes_lost = set()  # fds whose pipe_connection_lost ran.
         for fd, spec in ((0, stdin), (1, stdout), (2, stderr)):
             if spec == subprocess.PIPE:
                 self._pipes[fd] = None
@@ -104,7 +106,12 @@ class SubprocessTransport(transports.SubprocessTransport):
         if _HAS_PIDFD:
             self._pidfd = os.pidfd_open(self._pid)
         loop._track_subprocess(self)
-        self._call_soon(self._connect_pipes, waiter)
+        # The exit is watched from the start (so a failed start can kill
+        # and wait); process_exited() still comes after connection_made().
+        self._watch_exit()
+        # Through the loop's own connect_*_pipe (code may wrap them), from
+        # a task on the child's strand: each pipe is a strand below it.
+        _core._on_strand(strand, loop.create_task, self._connect_pipes(waiter))
 
     def _call_soon(self, callback, *args):
         return _core._on_strand(self._strand, self._loop.call_soon, callback, *args)
@@ -129,31 +136,26 @@ class SubprocessTransport(transports.SubprocessTransport):
 
     # --- starting ------------------------------------------------------------
 
-    def _connect_pipes(self, waiter):
-        # On the strand: the pipe transports made here queue their
-        # connection_made() on it before _connected() below runs.
+    async def _connect_pipes(self, waiter):
         proc = self._proc
+        loop = self._loop
         try:
             if proc.stdin is not None:
-                self._pipes[0] = _PipeProtocol(self, 0)
-                WritePipeTransport(self._loop, proc.stdin, self._pipes[0],
-                                   strand=self._strand)
-            for fd, pipe in ((1, proc.stdout), (2, proc.stderr)):
-                if pipe is not None:
-                    self._pipes[fd] = _PipeProtocol(self, fd)
-                    ReadPipeTransport(self._loop, pipe, self._pipes[fd],
-                                      strand=self._strand)
+                await loop.connect_write_pipe(lambda: _PipeProtocol(self, 0), proc.stdin)
+            if proc.stdout is not None:
+                await loop.connect_read_pipe(lambda: _PipeProtocol(self, 1), proc.stdout)
+            if proc.stderr is not None:
+                await loop.connect_read_pipe(lambda: _PipeProtocol(self, 2), proc.stderr)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:  # noqa: BLE001 - handed to the waiter.
-            for proto in self._pipes.values():
+            # The pipes connected so far are closed, and the rest too.
+            for proto in list(self._pipes.values()):
                 if proto is not None and proto.pipe is not None:
                     proto.pipe.close()
             for raw in (proc.stdin, proc.stdout, proc.stderr):
                 if raw is not None:
                     raw.close()
-            self._pending_calls = None
-            self._watch_exit()  # The caller kills the child and waits.
             if waiter is not None and not waiter.cancelled():
                 waiter.set_exception(exc)
             return
@@ -163,10 +165,12 @@ class SubprocessTransport(transports.SubprocessTransport):
         try:
             self._protocol.connection_made(self)
         finally:
-            pending, self._pending_calls = self._pending_calls, None
-            for callback, args in pending:
-                self._call_soon(callback, *args)
-            self._watch_exit()
+            # What the pipes and the exit reported meanwhile, in order; a
+            # report racing with this waits for the lock and goes after.
+            with self._lock:
+                pending, self._pending_calls = self._pending_calls, None
+                for callback, args in pending:
+                    self._call_soon(callback, *args)
             if waiter is not None and not waiter.cancelled():
                 waiter.set_result(None)
 
@@ -175,34 +179,40 @@ class SubprocessTransport(transports.SubprocessTransport):
             _core._on_strand(self._strand, self._loop._add_reader,
                              self._pidfd, self._child_exited)
         else:
-            future = self._loop.run_in_executor(None, os.waitpid, self._pid, 0)
-            future.add_done_callback(self._waitpid_done)
+            # Waits without reaping (WNOWAIT): the pid stays the child's
+            # until _reap() publishes the exit, so send_signal() can never
+            # reach another process that got the pid meanwhile.
+            future = self._loop.run_in_executor(
+                None, os.waitid, os.P_PID, self._pid, os.WEXITED | os.WNOWAIT)
+            future.add_done_callback(
+                lambda _: self._call_soon(self._reap_and_publish))
 
     # --- the child's exit ------------------------------------------------------
 
     def _child_exited(self):
-        pidfd = self._pidfd
-        if pidfd is None:
-            return
-        self._pidfd = None
-        self._loop._remove_reader(pidfd)
-        os.close(pidfd)
-        try:
-            pid, status = os.waitpid(self._pid, os.WNOHANG)
-        except ChildProcessError:
-            pid, status = self._pid, None
-        if pid == 0:  # Not a zombie yet (cannot happen once readable).
-            self._pidfd = os.pidfd_open(self._pid)
-            self._watch_exit()
-            return
-        self._process_exited(self._exit_code(status))
+        self._reap_and_publish()
 
-    def _waitpid_done(self, future):
-        try:
-            _, status = future.result()
-        except ChildProcessError:
-            status = None
-        self._call_soon(self._process_exited, self._exit_code(status))
+    def _reap_and_publish(self):
+        # Reaping and recording the return code are one step under the
+        # lock send_signal() takes: it sees either a live (or zombie)
+        # child or the exit, never a reaped pid without a return code.
+        with self._lock:
+            if self._returncode is not None:
+                return
+            try:
+                pid, status = os.waitpid(self._pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = self._pid, None
+            if pid == 0:
+                return  # Not exited after all: the watcher stays.
+            returncode = self._exit_code(status)
+            self._returncode = returncode
+            waiters, self._exit_waiters = self._exit_waiters, None
+            pidfd, self._pidfd = self._pidfd, None
+        if pidfd is not None:
+            self._loop._remove_reader(pidfd)
+            os.close(pidfd)
+        self._process_exited(returncode, waiters)
 
     def _exit_code(self, status):
         if status is not None:
@@ -215,12 +225,9 @@ class SubprocessTransport(transports.SubprocessTransport):
                        self._pid)
         return 255
 
-    def _process_exited(self, returncode):
+    def _process_exited(self, returncode, waiters):
         if self._loop.get_debug():
             logger.info("%r exited with return code %r", self, returncode)
-        with self._lock:
-            self._returncode = returncode
-            waiters, self._exit_waiters = self._exit_waiters, None
         if self._proc.returncode is None:
             # Popen must not wait for (or warn about) a child we reaped.
             self._proc.returncode = returncode
@@ -249,23 +256,38 @@ class SubprocessTransport(transports.SubprocessTransport):
 
     # --- the protocol's calls, in order, on the strand -----------------------
 
+    # The pipes report from their own strands (below the child's); what
+    # they report is handed to the child's strand, in order per pipe.
+
     def _call(self, callback, *args):
-        if self._pending_calls is not None:
-            self._pending_calls.append((callback, args))
-        else:
-            self._call_soon(callback, *args)
+        with self._lock:
+            if self._pending_calls is not None:
+                self._pending_calls.append((callback, args))
+                return
+        self._call_soon(callback, *args)
+
+    def _pipe_connected(self, fd, proto):
+        self._pipes[fd] = proto
 
     def _pipe_data_received(self, fd, data):
         self._call(self._protocol.pipe_data_received, fd, data)
 
     def _pipe_connection_lost(self, fd, exc):
-        self._call(self._protocol.pipe_connection_lost, fd, exc)
-        self._try_finish()
+        self._call(self._pipe_lost, fd, exc)
+
+    def _pipe_lost(self, fd, exc):
+        self._pipes_lost.add(fd)
+        try:
+            self._protocol.pipe_connection_lost(fd, exc)
+        finally:
+            self._try_finish()
 
     def _try_finish(self):
         if self._finished or self._returncode is None:
             return
-        if all(p is not None and p.disconnected for p in self._pipes.values()):
+        # Counted here, on the child's strand, not from the pipes' own
+        # flags: connection_lost() comes after every pipe_connection_lost().
+        if all(fd in self._pipes_lost for fd in self._pipes):
             self._finished = True
             self._call(self._call_connection_lost, None)
 
@@ -304,20 +326,14 @@ class SubprocessTransport(transports.SubprocessTransport):
 
     def send_signal(self, signal_number):
         self._check_proc()
-        if self._returncode is not None:
-            return  # Exited: its pid may be another process's by now.
-        pidfd = self._pidfd
-        if pidfd is not None:
-            try:
-                # Through the pidfd: never another process with a reused pid.
-                signal.pidfd_send_signal(pidfd, signal_number)
-                return
-            except OSError:
-                if self._pidfd is not None:
-                    raise
-                # The exit watcher closed it meanwhile: the child exited.
-                return
-        os.kill(self._pid, signal_number)
+        with self._lock:
+            if self._returncode is not None:
+                return  # Reaped: the pid may be another process's by now.
+            if self._pidfd is not None:
+                # Through the pidfd: it names this child and no other.
+                signal.pidfd_send_signal(self._pidfd, signal_number)
+            else:
+                os.kill(self._pid, signal_number)
 
     def terminate(self):
         self.send_signal(signal.SIGTERM)
@@ -335,15 +351,20 @@ class SubprocessTransport(transports.SubprocessTransport):
             pipe = proto.pipe
             if not pipe.is_closing():
                 pipe.close()
-        if self._proc is not None and self._returncode is None:
-            # A child still running when its transport closes is killed,
-            # as asyncio does; its exit is still reaped by the watcher.
-            if self._loop.get_debug():
-                logger.warning("Close running child process: kill %r", self)
-            try:
-                self.kill()
-            except ProcessLookupError:
-                pass
+        with self._lock:
+            # A child still running when its transport closes is killed, as
+            # asyncio does, through Popen (code may wrap its kill()). Its
+            # poll() reaps a child that already exited instead, and our
+            # watcher then takes the status Popen recorded; under the lock
+            # the watcher is not reaping at the same time.
+            if (self._proc is not None and self._returncode is None
+                    and self._proc.poll() is None):
+                if self._loop.get_debug():
+                    logger.warning("Close running child process: kill %r", self)
+                try:
+                    self._proc.kill()
+                except ProcessLookupError:
+                    pass
 
     def __del__(self, _warn=warnings.warn):
         if not self._closed:
@@ -355,24 +376,20 @@ class SubprocessTransport(transports.SubprocessTransport):
         watcher goes with the loop. A child that exited (or that close()
         killed) is reaped now, so none is left a zombie; one still running
         is left running, as on stdlib's loop (its Popen reaps it later)."""
-        pidfd, self._pidfd = self._pidfd, None
-        try:
-            if self._returncode is not None or self._pid is None:
-                return
-            flags = 0 if self._closed else os.WNOHANG
-            try:
-                pid, status = os.waitpid(self._pid, flags)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            code = os.waitstatus_to_exitcode(status)
-            self._returncode = code
-            if self._proc is not None and self._proc.returncode is None:
-                self._proc.returncode = code
-        finally:
-            if pidfd is not None:
-                os.close(pidfd)
+        with self._lock:
+            pidfd, self._pidfd = self._pidfd, None
+            if self._returncode is None and self._pid is not None:
+                flags = 0 if self._closed else os.WNOHANG
+                try:
+                    pid, status = os.waitpid(self._pid, flags)
+                except ChildProcessError:
+                    pid = 0
+                if pid != 0:
+                    self._returncode = os.waitstatus_to_exitcode(status)
+                    if self._proc is not None and self._proc.returncode is None:
+                        self._proc.returncode = self._returncode
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 class SubprocessMethods:
