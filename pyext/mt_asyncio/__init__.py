@@ -5,9 +5,10 @@
 interpreter; the control plane (``mt_asyncio.control``) lets an operator
 inspect a live process with ``mtctl``.
 
-Status: the runtime, the parallel loop and ``mt_asyncio.asyncio`` (tasks,
-combinators, primitives, queues) are real; streams, transports and
-subprocesses are not yet (see docs/compatibility.md).
+Status: the runtime, the parallel loop and all of ``mt_asyncio.asyncio``
+(tasks, combinators, primitives, queues, network I/O, child processes,
+pipes, signal handlers) are implemented; docs/compatibility.md lists every
+name and every known difference from stdlib's loop.
 """
 
 import atexit as _atexit

@@ -44,7 +44,14 @@ NETWORK = (
     "test_streams", "test_server", "test_sock_lowlevel", "test_sendfile",
     "test_ssl", "test_sslproto", "test_buffered_proto", "test_protocols",
 )
+# Child processes, pipes and the Unix loop's own classes.
+PROCESSES = ("test_subprocess", "test_unix_events")
 BAR = {"1": 0.98, "N": 0.95}
+# Groups whose share is held to the bar. In "processes" every test short is
+# a test of stdlib's own classes (its child watchers, its selector loop's
+# sendfile helper), listed in docs/compatibility.md: the share is printed,
+# and hangs and unlisted differences still fail.
+BAR_ENFORCED = ("loop-agnostic", "network")
 # The list of differences in docs/compatibility.md is kept for this
 # CPython's test_asyncio; another version's suite has other tests (and
 # 3.13 other asyncio behaviour): there everything is reported, nothing
@@ -193,7 +200,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*",
                         help="default: every module of --group")
-    parser.add_argument("--group", choices=("all", "loop-agnostic", "network"),
+    parser.add_argument("--group", choices=("all", "loop-agnostic", "network", "processes"),
                         default="all")
     parser.add_argument("--workers", type=int,
                         default=int(os.environ.get("MT_CPYTHON_WORKERS", "4")),
@@ -220,8 +227,9 @@ def main():
           f" ({'free-threaded' if ft else 'GIL build'}); N = {args.workers}",
           flush=True)
 
-    groups = {"all": LOOP_AGNOSTIC + NETWORK, "loop-agnostic": LOOP_AGNOSTIC,
-              "network": NETWORK}
+    groups = {"all": LOOP_AGNOSTIC + NETWORK + PROCESSES,
+              "loop-agnostic": LOOP_AGNOSTIC, "network": NETWORK,
+              "processes": PROCESSES}
     modules = args.modules or list(groups[args.group])
     known = load_known(os.path.abspath(args.known))
     log = open(args.log, "a") if args.log else sys.stderr
@@ -242,7 +250,8 @@ def main():
         for p in problems:
             print("  PROBLEM " + p, flush=True)
         all_problems += problems
-        group = "loop-agnostic" if module in LOOP_AGNOSTIC else "network"
+        group = ("loop-agnostic" if module in LOOP_AGNOSTIC else
+                 "processes" if module in PROCESSES else "network")
         for key, (ok, total) in counts.items():
             o, t = totals.get((group, key), (0, 0))
             totals[(group, key)] = (o + ok, t + total)
@@ -258,10 +267,12 @@ def main():
     for (group, key), (ok, total) in sorted(totals.items()):
         share = ok / total if total else 1.0
         label = "1" if key == "1" else str(args.workers)
+        enforced = group in BAR_ENFORCED
         verdict = "ok" if share >= BAR[key] else "BELOW BAR"
+        bar = f"bar {BAR[key]:.0%}" if enforced else "no bar: differences listed"
         print(f"CPYTHON TOTAL {group} mt@{label}: {ok}/{total} of what stdlib"
-              f" passes ({share:.1%}; bar {BAR[key]:.0%}) {verdict}")
-        if share < BAR[key] and calibrated:
+              f" passes ({share:.1%}; {bar}) {verdict if enforced else 'ok'}")
+        if enforced and share < BAR[key] and calibrated:
             status = 1
     print(f"{len(all_problems)} problems")
     return status if args.check else 0
