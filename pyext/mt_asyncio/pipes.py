@@ -108,7 +108,8 @@ class _PipeTransport:
             self._pipe.close()
 
     # Errors not reported to the exception handler (only logged in debug
-    # mode): how such a pipe ends rather than a fault.
+    # mode): how such a pipe ends rather than a fault. For a read pipe,
+    # EIO: a pseudo-terminal whose other side closed.
     @staticmethod
     def _is_quiet_error(exc):
         return isinstance(exc, OSError) and exc.errno == errno.EIO
@@ -134,8 +135,9 @@ class _PipeTransport:
             if self._lost:
                 return
             self._lost = True
-            if hasattr(self, "_buffer"):
-                self._buffer.clear()
+            buffer = getattr(self, "_buffer", None)  # Write pipes only.
+            if buffer is not None:
+                buffer.clear()
         self._unwatch(True)
         self._unwatch(False)
         self._call_soon(self._call_connection_lost, exc)
