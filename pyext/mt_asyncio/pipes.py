@@ -379,23 +379,17 @@ class PipeMethods:
 
     async def connect_read_pipe(self, protocol_factory, pipe):
         """Make a ReadPipeTransport for the read end `pipe`."""
-        protocol = protocol_factory()
-        waiter = self.create_future()
-        strand = _core._connection_strand(self)
-        transport = ReadPipeTransport(self, pipe, protocol, waiter, strand=strand)
-        try:
-            await waiter
-        except BaseException:
-            transport.close()
-            raise
-        return transport, protocol
+        return await self._connect_pipe(ReadPipeTransport, protocol_factory, pipe)
 
     async def connect_write_pipe(self, protocol_factory, pipe):
         """Make a WritePipeTransport for the write end `pipe`."""
+        return await self._connect_pipe(WritePipeTransport, protocol_factory, pipe)
+
+    async def _connect_pipe(self, transport_class, protocol_factory, pipe):
         protocol = protocol_factory()
         waiter = self.create_future()
         strand = _core._connection_strand(self)
-        transport = WritePipeTransport(self, pipe, protocol, waiter, strand=strand)
+        transport = transport_class(self, pipe, protocol, waiter, strand=strand)
         try:
             await waiter
         except BaseException:
