@@ -45,7 +45,9 @@ def _resolve(waiter):
 class _PipeTransport:
     """What both pipe directions share: the fd, the strand, closing."""
 
-    _kinds = ()  # File types the direction accepts (stat.S_IS* tests).
+    # The file types a pipe transport accepts, and the error for others
+    # (each direction has stdlib's own message).
+    _kinds = (stat.S_ISFIFO, stat.S_ISSOCK, stat.S_ISCHR)
     _kind_error = ""
 
     def __init__(self, loop, pipe, protocol, extra, strand):
@@ -142,14 +144,6 @@ class _PipeTransport:
         self._unwatch(False)
         self._call_soon(self._call_connection_lost, exc)
 
-    def _schedule_connection_lost(self):
-        with self._lock:
-            if self._lost:
-                return
-            self._lost = True
-        self._unwatch(False)
-        self._call_soon(self._call_connection_lost, None)
-
     def _call_connection_lost(self, exc):
         try:
             self._protocol.connection_lost(exc)
@@ -165,7 +159,6 @@ class ReadPipeTransport(_PipeTransport, transports.ReadTransport):
     transport: data_received() per read, eof_received() then
     connection_lost(None) when the writer closes."""
 
-    _kinds = (stat.S_ISFIFO, stat.S_ISSOCK, stat.S_ISCHR)
     _kind_error = "Pipe transport is for pipes/sockets only."
 
     def __init__(self, loop, pipe, protocol, waiter=None, extra=None, strand=None):
@@ -238,7 +231,6 @@ class WritePipeTransport(_PipeTransport, transports._FlowControlMixin,
     ends the transport: connection_lost(None), or BrokenPipeError when
     data was still buffered."""
 
-    _kinds = (stat.S_ISFIFO, stat.S_ISSOCK, stat.S_ISCHR)
     _kind_error = "Pipe transport is only for pipes, sockets and character devices"
 
     # A pipe's reader going away (EPIPE) or any other OSError ends a write
@@ -352,7 +344,7 @@ class WritePipeTransport(_PipeTransport, transports._FlowControlMixin,
             self._unwatch(True)
             self._maybe_resume_protocol()
             if self._closing:  # write_eof() waited for the buffer.
-                self._schedule_connection_lost()
+                self._close(None)
 
     def can_write_eof(self):
         return True
@@ -364,7 +356,7 @@ class WritePipeTransport(_PipeTransport, transports._FlowControlMixin,
             self._closing = True
             pending = bool(self._buffer)
         if not pending:
-            self._schedule_connection_lost()
+            self._close(None)
 
     def close(self):
         if self._pipe is not None and not self._closing:

@@ -42,7 +42,6 @@ class _PipeProtocol:
         self.process = process
         self.fd = fd
         self.pipe = None
-        self.disconnected = False
 
     def connection_made(self, transport):
         self.pipe = transport
@@ -55,7 +54,6 @@ class _PipeProtocol:
         return None
 
     def connection_lost(self, exc):
-        self.disconnected = True
         self.process._pipe_connection_lost(self.fd, exc)
         self.process = None
 
