@@ -48,27 +48,17 @@ FutureObject* AsFuture(PyObject* o) { return reinterpret_cast<FutureObject*>(o);
 // FutureTakeAwaitMarker.
 thread_local FutureObject* last_awaited = nullptr;
 
-// Hands `cbs` over in registration order: task wakers directly, the rest
-// to the loop (in one ordered batch when the loop is ours). Called with no
-// lock held. Steals the references in `cbs`.
-int ScheduleCallbacks(FutureObject* fut, PendingCallbacks& cbs) {
-  if (cbs.empty()) return 0;
+// Hands Python callbacks to the loop (in one ordered batch when the loop
+// is ours). Steals the references in `python`.
+int SchedulePythonCallbacks(FutureObject* fut, std::vector<Callback>& python) {
   int rc = 0;
-  std::vector<Callback> python;  // Allocates only if there are any.
-  for (Callback& cb : cbs) {
-    if (cb.native != nullptr) {
-      cb.native(cb.fn, fut);
-      Py_DECREF(cb.fn);
-    } else {
-      python.push_back(cb);
-    }
-  }
-  cbs.clear();
-  if (python.empty()) return 0;
   if (hooks.schedule_batch != nullptr) {
     const int taken = hooks.schedule_batch(fut->loop,
                                            reinterpret_cast<PyObject*>(fut), python);
-    if (taken != 0) return taken < 0 ? -1 : 0;
+    if (taken != 0) {
+      python.clear();
+      return taken < 0 ? -1 : 0;
+    }
   }
   for (Callback& cb : python) {
     if (rc == 0) {
@@ -86,6 +76,31 @@ int ScheduleCallbacks(FutureObject* fut, PendingCallbacks& cbs) {
     Py_DECREF(cb.fn);
     Py_DECREF(cb.ctx);
   }
+  python.clear();
+  return rc;
+}
+
+// Hands `cbs` over in registration order: task wakers directly, the rest
+// to the loop. A waker registered after Python callbacks is woken after
+// they were scheduled, as asyncio runs done callbacks in the order they
+// were added (asyncpg's protocol relies on its waiter's callback running
+// before the task that awaited the waiter resumes). Called with no lock
+// held. Steals the references in `cbs`.
+int ScheduleCallbacks(FutureObject* fut, PendingCallbacks& cbs) {
+  if (cbs.empty()) return 0;
+  int rc = 0;
+  std::vector<Callback> python;  // Allocates only if there are any.
+  for (Callback& cb : cbs) {
+    if (cb.native != nullptr) {
+      if (!python.empty() && SchedulePythonCallbacks(fut, python) < 0) rc = -1;
+      cb.native(cb.fn, fut);
+      Py_DECREF(cb.fn);
+    } else {
+      python.push_back(cb);
+    }
+  }
+  cbs.clear();
+  if (!python.empty() && SchedulePythonCallbacks(fut, python) < 0) rc = -1;
   return rc;
 }
 
