@@ -32,11 +32,16 @@ class Queue(_core.Queue):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        # Overrides count wherever they come from in the MRO (mixins too).
-        if ("_native_storage" not in cls.__dict__
-                and any(getattr(cls, name) is not getattr(Queue, name)
-                        for name in _STORAGE_METHODS)):
-            cls._native_storage = None
+        # Overrides count wherever they come from in the MRO (mixins too):
+        # a hook that differs from the one of the class whose storage this
+        # one inherits makes the storage the hooks'.
+        if "_native_storage" not in cls.__dict__:
+            owner = next(base for base in cls.__mro__[1:]
+                         if "_native_storage" in base.__dict__)
+            if (owner._native_storage is not None
+                    and any(getattr(cls, name) is not getattr(owner, name)
+                            for name in _STORAGE_METHODS)):
+                cls._native_storage = None
         # asyncio's put()/get() end in self.put_nowait()/get_nowait(); the
         # C++ ones do not call them, so a subclass overriding either gets
         # put()/get() written asyncio's way.
@@ -130,3 +135,14 @@ class LifoQueue(Queue):
     """Last in, first out."""
 
     _native_storage = "lifo"
+
+    # asyncio's LifoQueue keeps a list; a subclass overriding some hooks
+    # (asyncpg's pool overrides _get and pops by index) works on one too.
+    def _init(self, maxsize):
+        self._queue = []
+
+    def _put(self, item):
+        self._queue.append(item)
+
+    def _get(self):
+        return self._queue.pop()

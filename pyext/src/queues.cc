@@ -585,6 +585,29 @@ PyObject* Queue_items(PyObject* self, PyObject*) {
   return list;
 }
 
+// asyncio's Queue._wakeup_next(waiters): a subclass that took an item
+// (or made room) itself calls it with self._getters or self._putters (a
+// snapshot list here), as asyncpg's pool queue does. Wakes the first
+// future in `waiters` still waiting on this queue, under the queue's
+// mutex, so it cannot race a get()/put() waking the same one.
+PyObject* Queue_wakeup_next(PyObject* self, PyObject* waiters) {
+  QueueObject* q = AsQueue(self);
+  PyObject* seq = PySequence_Fast(waiters, "_wakeup_next() needs a sequence of waiters");
+  if (seq == nullptr) return nullptr;
+  FutureObject* chosen = nullptr;
+  {
+    Guard g(&q->mu);
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n && chosen == nullptr; ++i) {
+      auto* fut = reinterpret_cast<FutureObject*>(PySequence_Fast_GET_ITEM(seq, i));
+      if (q->getters->TakeIfPending(fut) || q->putters->TakeIfPending(fut)) chosen = fut;
+    }
+  }
+  Py_DECREF(seq);
+  if (chosen != nullptr) WakeWaiter(chosen, Py_None);  // Consumes the queue's reference.
+  Py_RETURN_NONE;
+}
+
 PyObject* Queue_get_maxsize(PyObject* self, void*) {
   PyObject* given = AsQueue(self)->maxsize_obj;
   return given != nullptr ? Py_NewRef(given) : PyLong_FromLong(0);
@@ -691,6 +714,8 @@ PyMethodDef queue_methods[] = {
      "True if there are maxsize items in the queue: a snapshot (other "
      "workers may change it at once)."},
     {"_items", Queue_items, METH_NOARGS, "A snapshot of the items, oldest first."},
+    {"_wakeup_next", Queue_wakeup_next, METH_O,
+     "Wake the first of `waiters` (_getters or _putters) still waiting."},
     {"_wait_for_room", Queue_wait_for_room, METH_NOARGS,
      "Wait (an awaitable) in line with put()s until the queue is not full; "
      "returns _stores as it was then."},

@@ -56,6 +56,13 @@ FutureObject* WaiterQueue::PopFirstPending(std::vector<FutureObject*>& discard) 
   return nullptr;
 }
 
+bool WaiterQueue::TakeIfPending(FutureObject* fut) {
+  auto it = std::find(futs_.begin(), futs_.end(), fut);
+  if (it == futs_.end() || FutureCurrentState(fut) != FutureState::kPending) return false;
+  futs_.erase(it);
+  return true;
+}
+
 std::vector<FutureObject*> WaiterQueue::PendingSnapshot() const {
   std::vector<FutureObject*> out;
   for (FutureObject* f : futs_) {

@@ -81,6 +81,9 @@ class WaiterQueue {
   // which is returned (its queue reference passes to the caller); popped
   // done ones go to `discard` (drop those references after unlocking).
   FutureObject* PopFirstPending(std::vector<FutureObject*>& discard);
+  // Removes `fut` if it is queued and pending; its queue reference passes
+  // to the caller. False (nothing changed) otherwise.
+  bool TakeIfPending(FutureObject* fut);
   // New references to every pending waiter, in order.
   std::vector<FutureObject*> PendingSnapshot() const;
   template <typename Fn>

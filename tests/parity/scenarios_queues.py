@@ -90,6 +90,42 @@ async def lifo_and_priority_order(aio):
     return [[lq.get_nowait() for _ in range(3)], [pq.get_nowait() for _ in range(3)]]
 
 
+class _EvenFirst:
+    """A LifoQueue subclass the way asyncpg's pool writes one: _get picks
+    by index from the list asyncio keeps, and a method of its own takes an
+    item and wakes a putter with _wakeup_next(self._putters)."""
+
+    def _get(self):
+        for i in range(len(self._queue) - 1, -1, -1):
+            if self._queue[i] % 2 == 0:
+                return self._queue.pop(i)
+        return super()._get()
+
+    def take_odd_nowait(self):
+        for i in range(len(self._queue)):
+            if self._queue[i] % 2:
+                item = self._queue.pop(i)
+                self._wakeup_next(self._putters)
+                return item
+        raise IndexError("no odd item")
+
+
+@scenario
+async def lifo_subclass_with_its_own_get_and_wakeup_next(aio):
+    q = type("EvenFirst", (_EvenFirst, aio.LifoQueue), {})(maxsize=3)
+    for x in (1, 2, 3):
+        q.put_nowait(x)
+    blocked = aio.create_task(q.put(4))  # Full: waits for room.
+    for _ in range(1000):
+        if q._putters:
+            break
+        await aio.sleep(0.001)
+    odd = q.take_odd_nowait()  # Makes room and wakes the putter.
+    await aio.wait_for(blocked, 5)
+    got = [q.get_nowait() for _ in range(q.qsize())]
+    return [type(q._queue).__name__, odd, got, q.empty()]
+
+
 @scenario
 async def queue_getter_cancel_does_not_lose_items(aio):
     q = aio.Queue()
