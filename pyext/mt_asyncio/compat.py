@@ -2,7 +2,8 @@
 mt_asyncio, process-wide and reversibly.
 
 After install(), a library that does ``import asyncio`` gets mt_asyncio's
-thread-safe primitives, queues, combinators, timeouts and TaskGroup, and
+thread-safe primitives, queues, combinators, timeouts, TaskGroup and
+``create_subprocess_exec``/``create_subprocess_shell``, and
 ``asyncio.run()`` / ``asyncio.new_event_loop()`` create the parallel loop.
 Names are rebound both in ``asyncio`` and in the submodule that defines
 them (``asyncio.locks.Lock``, ``asyncio.tasks.gather``, ...), because
@@ -35,6 +36,7 @@ _TARGETS = [
     ("asyncio.runners", ("run", "Runner")),
     ("asyncio.events", ("new_event_loop",)),
     ("asyncio.threads", ("to_thread",)),
+    ("asyncio.subprocess", ("create_subprocess_exec", "create_subprocess_shell")),
 ]
 if sys.version_info >= (3, 14):
     # Call-graph introspection: stdlib's versions refuse our futures.

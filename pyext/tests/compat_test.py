@@ -3,6 +3,7 @@
 import asyncio
 import asyncio.locks
 import asyncio.queues
+import asyncio.subprocess
 import asyncio.tasks
 
 import pytest
@@ -28,6 +29,9 @@ def test_install_rebinds_package_and_submodules_and_uninstall_restores():
     assert asyncio.Lock is mt_aio.Lock and asyncio.locks.Lock is mt_aio.Lock
     assert asyncio.gather is mt_aio.gather and asyncio.tasks.gather is mt_aio.gather
     assert asyncio.queues.Queue is mt_aio.Queue and asyncio.run is mt_aio.run
+    assert (asyncio.create_subprocess_exec is mt_aio.create_subprocess_exec
+            and asyncio.subprocess.create_subprocess_shell
+            is mt_aio.create_subprocess_shell)
     # Exceptions are the same classes either way.
     assert asyncio.CancelledError is mt_aio.CancelledError
     compat.uninstall()
@@ -57,6 +61,47 @@ def test_library_code_using_plain_asyncio_runs_on_the_parallel_loop():
         return counter, type(asyncio.get_running_loop()).__name__
 
     assert asyncio.run(library_code()) == (400, "EventLoop")
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_waiter_callback_added_first_runs_before_the_task_resumes(threads):
+    # asyncio runs a future's done callbacks in the order they were added,
+    # the awaiting task's wakeup among them. asyncpg's protocol adds a
+    # callback to its waiter before the task awaits it, and counts on that
+    # callback (which starts cancelling the query) having run when the
+    # cancelled task goes on to its next query.
+    compat.install()
+
+    async def one_round():
+        loop = asyncio.get_running_loop()
+        seen = []
+        done_fut, cancelled_fut = loop.create_future(), loop.create_future()
+        for fut in (done_fut, cancelled_fut):
+            fut.add_done_callback(lambda f: seen.append(("callback", f.cancelled())))
+
+        async def waiter(fut):
+            try:
+                await fut
+            except asyncio.CancelledError:
+                pass
+            return list(seen)
+
+        resumed = asyncio.create_task(waiter(done_fut))
+        await asyncio.sleep(0)
+        done_fut.set_result(None)
+        first = await resumed
+        cancelled = asyncio.create_task(waiter(cancelled_fut))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        second = await cancelled
+        return first, second
+
+    async def main():
+        return [await one_round() for _ in range(200)]
+
+    for first, second in asyncio.run(main(), threads=threads):
+        assert first == [("callback", False)]
+        assert second == [("callback", False), ("callback", True)]
 
 
 def test_stdlib_loop_still_works_while_installed():
