@@ -14,11 +14,14 @@ DEBIAN_PACKAGES=(
   android-libboringssl-dev # BoringSSL for the runtime's TLS engine
   libbenchmark-dev libgtest-dev libgmock-dev
   openssl                  # The TLS suites make their test CA with it
+  postgresql               # The database suite starts a private server
 )
 PIP_PACKAGES=("pybind11>=3.0" "pytest>=8")
-# Libraries the network suite runs unmodified on the parallel loop
-# (tests/libs); each has a wheel for free-threaded 3.14 on PyPI.
-LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio)
+# Libraries the suites in tests/libs run unmodified on the parallel loop
+# (network servers and clients, anyio, PostgreSQL drivers); each has a
+# wheel for free-threaded 3.14 on PyPI.
+LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio
+              psycopg psycopg-pool asyncpg)
 # h2 (pure Python HTTP/2): the control plane's fuzz suite crafts requests
 # with it.
 TEST_PACKAGES=(h2)
@@ -65,7 +68,7 @@ then
   echo "setup: installing ${PIP_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}"
 fi
-if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, uvloop, h2" 2>/dev/null; then
+if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, psycopg, psycopg_pool, asyncpg, uvloop, h2" 2>/dev/null; then
   echo "setup: installing ${LIB_PACKAGES[*]} ${BENCH_PACKAGES[*]} ${TEST_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     "${LIB_PACKAGES[@]}" "${BENCH_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
