@@ -66,6 +66,11 @@ def _settle(limit):
         time.sleep(0.02)
 
 
+def _as_json(value):
+    """Values JSON has no type for (bytes, ...) are compared by repr."""
+    return f"{type(value).__name__}:{value!r}"
+
+
 def main(module_name, backend, out_path):
     run = _setup_backend(backend)
     import asyncio  # The backend's names, after install().
@@ -105,7 +110,7 @@ def main(module_name, backend, out_path):
         baseline = min(baseline, fds)
         results[name] = record
         with open(out_path + ".tmp", "w") as f:
-            json.dump(results, f, indent=1, sort_keys=True)
+            json.dump(results, f, indent=1, sort_keys=True, default=_as_json)
         os.replace(out_path + ".tmp", out_path)
 
 
