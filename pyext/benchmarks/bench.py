@@ -153,38 +153,62 @@ def run_net(args):
     asyncio's bytes per connection over the cell's: above 1 is leaner)."""
     rows = []
     available = net.net_backends()
-    for workload in [w for w in args.workloads if w in net.NET_WORKLOADS]:
-        cells = [(b, t) for b in args.backends if b in available
-                 for t in ([1] if b in net.SINGLE_THREADED else args.threads)]
-        results = {c: [] for c in cells}
-        for r in range(args.repeats):
-            order = cells[r % len(cells):] + cells[:r % len(cells)]
-            for backend, threads in order:
-                results[(backend, threads)].append(
-                    net.run_net_cell(backend, workload, threads, args.scale))
-        idle = workload == "idle_conns"
-        key = "bytes_per_conn" if idle else "rps"
+    workloads_here = [w for w in args.workloads if w in net.NET_WORKLOADS]
+    cluster = None
+    if any(w in net.DB_WORKLOADS for w in workloads_here):
+        reason = net.db_unavailable()
+        if reason:
+            print(f"\nskipped {', '.join(sorted(net.DB_WORKLOADS))}: {reason}")
+            workloads_here = [w for w in workloads_here if w not in net.DB_WORKLOADS]
+        else:
+            cluster = net.pg_cluster_module().Cluster(net.pg_cluster_module().find_bindir())
+            cluster.start()
+            os.environ.update(cluster.env())  # The servers' way to it.
+    try:
+        for workload in workloads_here:
+            rows += _net_workload_rows(args, workload, available)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    return rows
 
-        def med(cell, k):
-            return statistics.median(x[k] for x in results[cell])
 
-        base = med(("asyncio", 1), key) if ("asyncio", 1) in results else None
-        for cell in cells:
-            values = [x[key] for x in results[cell]]
-            median = statistics.median(values)
-            ratio = None
-            if base:
-                ratio = base / median if idle else median / base
-            row = {"workload": workload, "backend": cell[0], "threads": cell[1],
-                   "median": median, "min": min(values), "max": max(values),
-                   "values": values, "ratio": ratio,
-                   "balance": results[cell][-1].get("balance")}
-            if idle:
-                row["bytes_per_conn"] = median
-            else:
-                row["p50_ms"] = med(cell, "p50_ms")
-                row["p99_ms"] = med(cell, "p99_ms")
-            rows.append(row)
+def _net_workload_rows(args, workload, available):
+    """One network workload's rows, every cell `--repeats` times in rotated order."""
+    rows = []
+    if workload in net.DB_WORKLOADS:
+        available = [b for b in available if b in net.DB_BACKENDS]
+    cells = [(b, t) for b in args.backends if b in available
+             for t in ([1] if b in net.SINGLE_THREADED else args.threads)]
+    results = {c: [] for c in cells}
+    for r in range(args.repeats):
+        order = cells[r % len(cells):] + cells[:r % len(cells)]
+        for backend, threads in order:
+            results[(backend, threads)].append(
+                net.run_net_cell(backend, workload, threads, args.scale))
+    idle = workload == "idle_conns"
+    key = "bytes_per_conn" if idle else "rps"
+
+    def med(cell, k):
+        return statistics.median(x[k] for x in results[cell])
+
+    base = med(("asyncio", 1), key) if ("asyncio", 1) in results else None
+    for cell in cells:
+        values = [x[key] for x in results[cell]]
+        median = statistics.median(values)
+        ratio = None
+        if base:
+            ratio = base / median if idle else median / base
+        row = {"workload": workload, "backend": cell[0], "threads": cell[1],
+               "median": median, "min": min(values), "max": max(values),
+               "values": values, "ratio": ratio,
+               "balance": results[cell][-1].get("balance")}
+        if idle:
+            row["bytes_per_conn"] = median
+        else:
+            row["p50_ms"] = med(cell, "p50_ms")
+            row["p99_ms"] = med(cell, "p99_ms")
+        rows.append(row)
     return rows
 
 

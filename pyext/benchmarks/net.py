@@ -28,8 +28,18 @@ NET_WORKLOADS = {
     "http_cpu": (64, 100, 0),
     "tls_echo_1k": (16, 1000, 1024),
     "idle_conns": (10000, 0, 0),
+    "db_http": (32, 200, 0),
 }
 HTTP_BURN = 5000  # CPU iterations per HTTP request (BENCHMARKS.md).
+# db_http: each request reads a row from PostgreSQL (asyncpg), burns
+# HTTP_BURN on it and replies; the server is started by the driver
+# (pg_cluster.py from tests/libs, the database suite's private cluster).
+DB_WORKLOADS = {"db_http"}
+DB_ROWS = 10000
+# Backends that can run asyncpg: the seed's venv has no drivers.
+DB_BACKENDS = {"asyncio", "uvloop", "asyncio-multiloop", "mt_asyncio"}
+_PG_CLUSTER_DIR = os.path.join(os.path.dirname(HERE), os.pardir, os.pardir,
+                               "tests", "libs")
 
 
 # The seed's own implementation (PyPI mt-asyncio 0.3.0a1, Rust) shares our
@@ -53,6 +63,30 @@ def net_backends():
 
 
 SINGLE_THREADED = {"asyncio", "uvloop"}
+
+
+def db_unavailable():
+    """Why the database rows cannot run here, or None."""
+    try:
+        import asyncpg  # noqa: F401
+    except ImportError:
+        return "asyncpg is not installed (tools/setup.sh installs it)"
+    cluster = pg_cluster_module()
+    if cluster is None:
+        return f"pg_cluster.py not found in {_PG_CLUSTER_DIR}"
+    if cluster.find_bindir() is None:
+        return "no PostgreSQL server (tools/setup.sh installs Debian's postgresql)"
+    return None
+
+
+def pg_cluster_module():
+    if _PG_CLUSTER_DIR not in sys.path:
+        sys.path.insert(0, _PG_CLUSTER_DIR)
+    try:
+        import pg_cluster
+    except ImportError:
+        return None
+    return pg_cluster
 
 
 def burn(iterations):
@@ -120,8 +154,34 @@ def _make_server(aio, workload, sock_kwargs, ssl_ctx):
             pass
         writer.close()
 
+    async def db_http(reader, writer):
+        # One database connection per client connection, opened by the
+        # handler: on mt_asyncio its protocol then lives on this
+        # connection's strand, with the handler that uses it.
+        import asyncpg
+        db = await asyncpg.connect(**_pg_params())
+        head = (b"HTTP/1.1 200 OK\r\nContent-Length: 32\r\n"
+                b"Content-Type: text/plain\r\n\r\n")
+        n = 0
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                n += 1
+                payload = await db.fetchval(
+                    "SELECT payload FROM bench_items WHERE id = $1", n % DB_ROWS)
+                burn(HTTP_BURN + len(payload))
+                _count_request()
+                writer.write(head + payload[:32].encode())
+        except (stdlib.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            await db.close()
+        writer.close()
+
     if workload in ("echo_protocol_1k", "idle_conns"):
         return loop.create_server(Echo, **sock_kwargs)
+    if workload == "db_http":
+        return aio.start_server(db_http, **sock_kwargs)
     if workload == "http_cpu":
         return aio.start_server(http, **sock_kwargs)
     if workload == "tls_echo_1k":
@@ -129,7 +189,31 @@ def _make_server(aio, workload, sock_kwargs, ssl_ctx):
     return aio.start_server(echo_stream, **sock_kwargs)
 
 
+def _pg_params():
+    return {"host": os.environ["MT_PG_HOST"], "port": int(os.environ["MT_PG_PORT"]),
+            "user": os.environ["MT_PG_USER"], "database": os.environ["MT_PG_DBNAME"]}
+
+
+async def _fill_bench_table():
+    import asyncpg
+    db = await asyncpg.connect(**_pg_params())
+    try:
+        await db.execute("CREATE TABLE IF NOT EXISTS bench_items "
+                         "(id int PRIMARY KEY, payload text NOT NULL)")
+        if await db.fetchval("SELECT count(*) FROM bench_items") < DB_ROWS:
+            await db.execute("TRUNCATE bench_items")
+            await db.copy_records_to_table(
+                "bench_items", records=[(i, f"item {i:05d} " + "x" * 40)
+                                        for i in range(DB_ROWS)])
+    finally:
+        await db.close()
+
+
 def serve(backend, workload, threads):
+    if workload in DB_WORKLOADS and backend == "mt_asyncio":
+        # asyncpg is an unmodified asyncio library: it runs under compat.
+        import mt_asyncio.compat
+        mt_asyncio.compat.install()
     ssl_ctx, cafile = _tls_contexts() if workload.startswith("tls") else (None, "")
     ready = threading.Event()
     port = [0]
@@ -137,6 +221,8 @@ def serve(backend, workload, threads):
 
     def run_loop(aio, runner, reuse_port, bind_port):
         async def main():
+            if workload in DB_WORKLOADS and not bind_port:
+                await _fill_bench_table()  # Once, by the first loop.
             kwargs = {"host": "127.0.0.1", "port": bind_port, "backlog": 4096}
             if reuse_port:
                 kwargs["reuse_port"] = True
@@ -262,8 +348,8 @@ def load(workload, port, scale, cafile=None):
             for _, w in opened:
                 w.close()
             return {"connections": len(opened)}
-        coros = [one_http() if workload == "http_cpu" else one_echo(ctx)
-                 for _ in range(conns)]
+        http = workload in ("http_cpu", "db_http")
+        coros = [one_http() if http else one_echo(ctx) for _ in range(conns)]
         start = time.perf_counter()
         await asyncio.gather(*coros)
         elapsed = time.perf_counter() - start

@@ -80,3 +80,31 @@ def test_watched_rows_run_with_a_live_watch_client(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out_json.read_text())
     assert {r["backend"] for r in data["rows"]} == {"asyncio", "mt_asyncio+watch"}
+
+
+def test_db_rows_run_against_a_private_server_or_say_why_not(tmp_path):
+    # db_http: a PostgreSQL-backed handler (query, CPU work, reply); the
+    # driver starts the private cluster for it and stops it after.
+    out_json = tmp_path / "bench.json"
+    clusters_before = _cluster_dirs()
+    proc = subprocess.run(
+        [sys.executable, BENCH, "--quick", "--scale", "0.02", "--allow-unoptimized",
+         "--json", str(out_json), "--workloads", "db_http"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out_json.read_text())
+    if "skipped db_http:" in proc.stdout:
+        assert data["net_rows"] == []
+        pytest.skip(proc.stdout.split("skipped db_http:")[1].splitlines()[0].strip())
+    cells = {(r["backend"], r["threads"]) for r in data["net_rows"]}
+    assert {("asyncio", 1), ("asyncio-multiloop", 2), ("mt_asyncio", 1),
+            ("mt_asyncio", 2)} <= cells
+    assert ("seed", 1) not in cells  # No driver in the seed's venv.
+    for row in data["net_rows"]:
+        assert len(row["values"]) == 2 and all(v > 0 for v in row["values"])
+        assert sum(row["balance"]) == 32 * 4  # Every request served once.
+    assert _cluster_dirs() <= clusters_before  # The cluster was removed.
+
+
+def _cluster_dirs():
+    return {d for d in os.listdir("/tmp") if d.startswith("mt_pg_")}
