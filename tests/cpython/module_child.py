@@ -5,7 +5,8 @@ Invoked by runner.py, one process per (module, backend, workers) — and
 again after a test hangs, with every test already reported excluded, so
 one hang costs one test, not the module. A test that runs longer than
 --test-timeout is reported as "hang" with every thread's stack on stderr,
-and the process ends.
+and the process ends. A child process a test leaves behind (running or
+not reaped) fails that test, on either backend, and is killed.
 
 On mt_asyncio (--backend mt) the runtime starts with --workers worker
 threads and compat.install() makes mt_asyncio the default loop. Test
@@ -201,8 +202,10 @@ class _Watchdog:
                              " stacks:\n")
             faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
             sys.stderr.flush()
+            left = _children_left(grace=0)
             self._report(current, "hang",
-                         f"no result after {self._timeout:.0f} s")
+                         f"no result after {self._timeout:.0f} s"
+                         + (f"; killed its children: {'; '.join(left)}" if left else ""))
             os._exit(3)
 
 
@@ -326,6 +329,43 @@ def main():
     os._exit(0)
 
 
+def _child_pids():
+    pids = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except FileNotFoundError:
+            pass  # A thread that ended while we listed them.
+    return pids
+
+
+def _children_left(grace=3.0):
+    """Children of this process still there `grace` seconds after a test
+    (a loop may still be reaping one): described, then killed and reaped."""
+    if not os.path.exists("/proc/self/task"):
+        return []  # Not Linux: not checked.
+    deadline = time.monotonic() + grace
+    while (pids := _child_pids()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    described = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        described.append(f"pid {pid} state {state} {cmdline or '(zombie)'}")
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    return described
+
+
 def _wrap(test, watchdog, report):
     original_run = test.run
 
@@ -339,6 +379,13 @@ def _wrap(test, watchdog, report):
         finally:
             watchdog.end()
         seconds = time.monotonic() - started
+        left = _children_left()
+        if left:
+            # A child still running (or never reaped) after the test is
+            # the test's failure here, on either backend; it is killed so
+            # it cannot outlive this process holding the runner's files.
+            own._set("fail", "child process(es) left after the test: "
+                     + "; ".join(left))
         report(test.id(), own.outcome or "pass", own.detail,
                COUNTERS.ours - before_ours, COUNTERS.stdlib - before_std,
                seconds)

@@ -107,12 +107,20 @@ def run_config(module, backend, workers, args, log, skip=(), rerun=True):
                    "--test-timeout", str(args.test_timeout)]
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
             left = deadline - time.monotonic()
-            try:
-                proc = subprocess.run(cmd, env=env, capture_output=True,
-                                      text=True, timeout=max(left, 1))
-                rc, stderr = proc.returncode, proc.stderr
-            except subprocess.TimeoutExpired as e:
-                rc, stderr = "timeout", (e.stderr or b"").decode(errors="replace")
+            # Output goes to a file, not a pipe: a process a test leaves
+            # behind may hold what it inherited, and reading a pipe would
+            # wait for it.
+            output_path = os.path.join(tmp, "output.txt")
+            with open(output_path, "w+b") as output:
+                try:
+                    proc = subprocess.run(cmd, env=env, stdout=output,
+                                          stderr=subprocess.STDOUT,
+                                          timeout=max(left, 1))
+                    rc = proc.returncode
+                except subprocess.TimeoutExpired:
+                    rc = "timeout"
+                output.seek(0)
+                stderr = output.read().decode(errors="replace")
             got_new = False
             with open(results_path, encoding="utf-8") as f:
                 for line in f:
