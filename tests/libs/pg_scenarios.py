@@ -552,9 +552,9 @@ async def hammer_through_restart(query_once, allowed):
     restarted.set()
     answered = await asyncio.wait_for(asyncio.gather(*workers), WAIT * 2)
     return {"pg_ctl": code, "answered_after_restart": answered,
-            "unexpected_errors": sorted(e for e in seen_errors
-                                        if not e.split(".")[0] in
-                                        ("psycopg", "asyncpg", "builtins"))}
+            "unexpected_errors": sorted(
+                e for e in seen_errors if e.split(".")[0] not in
+                ("psycopg", "psycopg_pool", "asyncpg", "builtins"))}
 
 
 @scenario
