@@ -55,6 +55,26 @@ async def wait_until_active(conn, marker):
     raise TimeoutError(f"no query with {marker!r} became active")
 
 
+async def cancel_once_active(watcher, marker, query):
+    """Runs `query` (a coroutine) in a task and cancels the task once the
+    server runs it: (what awaiting the task gave, whether that was quick)."""
+    started = time.monotonic()
+    task = asyncio.create_task(query)
+    await wait_until_active(watcher, marker)
+    task.cancel()
+    try:
+        await task
+        outcome = "completed"
+    except asyncio.CancelledError:
+        outcome = "CancelledError"
+    return outcome, time.monotonic() - started < 15
+
+
+def cpu_work(i):
+    """What a handler computes between queries."""
+    return sum((i * k) % 7 for k in range(2000))
+
+
 def plain(value):
     """A JSON-able form of a value a driver returned."""
     if isinstance(value, (list, tuple)):
@@ -75,6 +95,11 @@ TYPES_QUERY = (
     "true, NULL::int, ARRAY[1,2,3], '{\"a\": [1, 2]}'::jsonb, "
     "'2026-12-01 10:00:00+00'::timestamptz, '\\xdeadbeef'::bytea, "
     "'12:30'::time, 2.5::float8")
+
+
+# Each fails on the server differently (u has a row with id 1).
+FAILING_QUERIES = ("INSERT INTO u VALUES (1)", "SELEC 1", "SELECT 1/0",
+                   "SELECT * FROM missing_table", "SELECT 'x'::int")
 
 
 # --- psycopg 3 --------------------------------------------------------------
@@ -133,8 +158,7 @@ async def psycopg_server_errors():
         await conn.execute("CREATE TEMP TABLE u (id int PRIMARY KEY)")
         await conn.execute("INSERT INTO u VALUES (1)")
         await conn.commit()
-        for query in ("INSERT INTO u VALUES (1)", "SELEC 1", "SELECT 1/0",
-                      "SELECT * FROM missing_table", "SELECT 'x'::int"):
+        for query in FAILING_QUERIES:
             try:
                 await conn.execute(query)
             except psycopg.Error as e:
@@ -197,16 +221,8 @@ async def psycopg_copy_in_and_out():
 async def psycopg_cancel_running_query_by_task_cancel():
     async with await psycopg_connect() as conn, \
             await psycopg_connect(autocommit=True) as watcher:
-        started = time.monotonic()
-        query = asyncio.create_task(conn.execute("SELECT pg_sleep(30) /* cancel-me */"))
-        await wait_until_active(watcher, "cancel-me")
-        query.cancel()
-        try:
-            await query
-            outcome = "completed"
-        except asyncio.CancelledError:
-            outcome = "CancelledError"
-        quick = time.monotonic() - started < 15
+        outcome, quick = await cancel_once_active(
+            watcher, "cancel-me", conn.execute("SELECT pg_sleep(30) /* cancel-me */"))
         await conn.rollback()
         cur = await conn.execute("SELECT 'still usable'")
         return [outcome, quick, (await cur.fetchone())[0], conn.closed]
@@ -275,9 +291,7 @@ async def psycopg_pool_16_connections_200_tasks():
                 cur = await conn.execute(
                     "SELECT %s::int * 2, pg_backend_pid(), pg_sleep(0.002)", (i,))
                 doubled, pid, _ = await cur.fetchone()
-            # CPU work between queries, as a handler would do.
-            digest = sum((i * k) % 7 for k in range(2000))
-            return doubled, pid, digest
+            return doubled, pid, cpu_work(i)
 
         results = await asyncio.gather(*(handler(i) for i in range(200)))
         stats = pool.get_stats()
@@ -359,8 +373,7 @@ async def asyncpg_server_errors():
     try:
         await conn.execute("CREATE TEMP TABLE u (id int PRIMARY KEY)")
         await conn.execute("INSERT INTO u VALUES (1)")
-        for query in ("INSERT INTO u VALUES (1)", "SELEC 1", "SELECT 1/0",
-                      "SELECT * FROM missing_table", "SELECT 'x'::int"):
+        for query in FAILING_QUERIES:
             try:
                 await conn.execute(query)
             except asyncpg.PostgresError as e:
@@ -433,16 +446,8 @@ async def asyncpg_cancel_running_query_by_task_cancel():
     conn = await asyncpg_connect()
     watcher = await psycopg_connect(autocommit=True)
     try:
-        started = time.monotonic()
-        query = asyncio.create_task(conn.fetchval("SELECT pg_sleep(30) /* ap-cancel */"))
-        await wait_until_active(watcher, "ap-cancel")
-        query.cancel()
-        try:
-            await query
-            outcome = "completed"
-        except asyncio.CancelledError:
-            outcome = "CancelledError"
-        quick = time.monotonic() - started < 15
+        outcome, quick = await cancel_once_active(
+            watcher, "ap-cancel", conn.fetchval("SELECT pg_sleep(30) /* ap-cancel */"))
         return [outcome, quick, await conn.fetchval("SELECT 'still usable'"),
                 conn.is_closed()]
     finally:
@@ -488,8 +493,7 @@ async def asyncpg_executemany_and_pool_200_tasks():
             async with pool.acquire() as conn:
                 sq = await conn.fetchval("SELECT sq FROM m WHERE id = $1", i)
                 pid = await conn.fetchval("SELECT pg_backend_pid()")
-            digest = sum((i * k) % 7 for k in range(2000))
-            return sq, pid, digest
+            return sq, pid, cpu_work(i)
 
         results = await asyncio.gather(*(handler(i) for i in range(200)))
         await pool.execute("DROP TABLE m")
