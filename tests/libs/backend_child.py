@@ -12,13 +12,15 @@ they are imported: the backend has to be chosen first.
 The module registers async scenarios with @scenario; each returns a
 JSON-able observation. After each one this process must have no more
 descriptors open than before it, and no child process (running or a
-zombie): either is recorded as the scenario's failure. Results are
+zombie): either is recorded as the scenario's failure (and such a child
+is killed). Results are
 written after every scenario, so a hang still leaves what ran."""
 
 import gc
 import importlib
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -48,6 +50,15 @@ def _children():
         except FileNotFoundError:
             pass  # A thread that ended while we listed them.
     return found
+
+
+def _kill(pids):
+    for pid in map(int, pids):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
 
 
 def _open_fds():
@@ -107,6 +118,7 @@ def main(module_name, backend, out_path):
             record["leak"] = f"{fds - baseline} descriptor(s) left open"
         if children:
             record["children_left"] = children
+            _kill(children)  # Not to be blamed on the next scenario.
         baseline = min(baseline, fds)
         results[name] = record
         with open(out_path + ".tmp", "w") as f:

@@ -33,15 +33,17 @@ class BackendRuns:
             out = os.path.join(tmp, "results.json")
             cmd = [sys.executable, os.path.join(HERE, "backend_child.py"),
                    self.module, backend, out]
-            try:
-                proc = subprocess.run(cmd, env=self.env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True,
-                                      timeout=self.timeout_s)
-                output, status = proc.stdout, proc.returncode
-            except subprocess.TimeoutExpired as e:
-                output = (e.output or b"").decode(errors="replace") \
-                    if isinstance(e.output, bytes) else (e.output or "")
-                status = f"killed after {self.timeout_s} s (hung)"
+            # Output to a file, not a pipe: a process the child left behind
+            # would hold a pipe open and keep us waiting past the timeout.
+            with open(os.path.join(tmp, "output.txt"), "w+") as output:
+                try:
+                    status = subprocess.run(cmd, env=self.env, stdout=output,
+                                            stderr=subprocess.STDOUT,
+                                            timeout=self.timeout_s).returncode
+                except subprocess.TimeoutExpired:
+                    status = f"killed after {self.timeout_s} s (hung)"
+                output.seek(0)
+                output = output.read()
             try:
                 with open(out) as f:
                     results = json.load(f)
