@@ -10,10 +10,36 @@ import asyncio
 import threading
 
 
-def _run_on_one_loop(aio, factories):
+def _run_on_one_loop(aio, factories, loop_factory=None):
     async def main():
         await aio.gather(*(f(aio) for f in factories))
-    aio.run(main())
+    if loop_factory is None:
+        aio.run(main())
+    else:
+        with aio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(main())
+
+
+def _on_loops_per_thread(factories, threads, loop_factory=None):
+    """One loop per thread (`loop_factory`'s, or stdlib's), the top-level
+    coroutines partitioned up front."""
+    shares = [factories[i::threads] for i in range(threads)]
+    errors = []
+
+    def worker(share):
+        try:
+            _run_on_one_loop(asyncio, share, loop_factory)
+        except BaseException as exc:  # Reported after join, not swallowed.
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(s,)) for s in shares]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [len(s) for s in shares]
 
 
 def run_asyncio(factories, threads):
@@ -26,23 +52,64 @@ def run_asyncio(factories, threads):
 
 def run_asyncio_multiloop(factories, threads):
     """stdlib asyncio, one loop per thread, coroutines partitioned up front."""
-    shares = [factories[i::threads] for i in range(threads)]
-    errors = []
+    return _on_loops_per_thread(factories, threads)
 
-    def worker(share):
-        try:
-            _run_on_one_loop(asyncio, share)
-        except BaseException as exc:  # Reported after join, not swallowed.
-            errors.append(exc)
 
-    pool = [threading.Thread(target=worker, args=(s,)) for s in shares]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    if errors:
-        raise errors[0]
-    return [len(s) for s in shares]
+def _uvloop_factory():
+    import uvloop
+    return uvloop.new_event_loop
+
+
+def _rloop_factory():
+    import rloop
+    return rloop.new_event_loop
+
+
+def run_uvloop(factories, threads):
+    """uvloop: one loop (threads must be 1)."""
+    if threads != 1:
+        raise ValueError("the uvloop backend runs one loop; threads must be 1")
+    _run_on_one_loop(asyncio, factories, _uvloop_factory())
+    return [len(factories)]
+
+
+def run_uvloop_multiloop(factories, threads):
+    """One uvloop loop per thread, coroutines partitioned up front."""
+    return _on_loops_per_thread(factories, threads, _uvloop_factory())
+
+
+def run_rloop(factories, threads):
+    """rloop (Rust event loop for asyncio): one loop (threads must be 1)."""
+    if threads != 1:
+        raise ValueError("the rloop backend runs one loop; threads must be 1")
+    _run_on_one_loop(asyncio, factories, _rloop_factory())
+    return [len(factories)]
+
+
+def run_rloop_multiloop(factories, threads):
+    """One rloop loop per thread, coroutines partitioned up front."""
+    return _on_loops_per_thread(factories, threads, _rloop_factory())
+
+
+_seed_runtime_started = []
+
+
+def run_seed(factories, threads):
+    """The seed's own implementation (PyPI mt-asyncio, Rust), run by its
+    venv's interpreter: its runtime with `threads` workers, then its
+    `mt_asyncio.asyncio.run()` (one loop, tasks on those workers)."""
+    import mt_asyncio
+    if not _seed_runtime_started:
+        # Once per process (its runtime cannot be made again): the warm-up
+        # run starts it, so the counted run finds it running, as ours does.
+        mt_asyncio.runtime(threads=threads, context=True)
+        _seed_runtime_started.append(threads)
+    import mt_asyncio.asyncio as aio
+
+    async def main():
+        await aio.gather(*(f(aio) for f in factories))
+    aio.run(main())
+    return [len(factories)]
 
 
 def _units_run_per_worker():
@@ -143,11 +210,19 @@ def run_mt_asyncio_watched(factories, threads):
 BACKENDS = {
     "asyncio": run_asyncio,
     "asyncio-multiloop": run_asyncio_multiloop,
+    "uvloop": run_uvloop,
+    "uvloop-multiloop": run_uvloop_multiloop,
+    "rloop": run_rloop,
+    "rloop-multiloop": run_rloop_multiloop,
+    "seed": run_seed,
     "mt_asyncio": run_mt_asyncio,
     "mt_asyncio+watch": run_mt_asyncio_watched,
 }
 
-SINGLE_THREADED = {"asyncio"}
+SINGLE_THREADED = {"asyncio", "uvloop", "rloop"}
+# The import each peer needs (checked in the driver, not in a cell).
+PEER_MODULES = {"uvloop": "uvloop", "uvloop-multiloop": "uvloop",
+                "rloop": "rloop", "rloop-multiloop": "rloop"}
 
 # Backends that run on mt_asyncio._core; the driver refuses to measure them
 # on a debug or sanitizer build of the extension.

@@ -66,19 +66,51 @@ def run_cell(backend, workload, threads, scale):
             "gil_enabled_after": _gil_enabled()}
 
 
+CELL_TIMEOUT_S = 600
+
+
 def spawn_cell(backend, workload, threads, scale):
-    cmd = [sys.executable, os.path.abspath(__file__), "--cell",
+    """One cell in a fresh process: its result, or {"error": reason} when
+    the backend failed the workload (a peer that cannot run it)."""
+    python, env = sys.executable, dict(os.environ)
+    if backend == "seed":
+        python = net.SEED_PYTHON
+        env.pop("PYTHONPATH", None)  # Ours would shadow the seed's package.
+    cmd = [python, os.path.abspath(__file__), "--cell",
            json.dumps([backend, workload, threads, scale])]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                              timeout=CELL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result in {CELL_TIMEOUT_S} s"}
     if proc.returncode != 0:
-        raise RuntimeError(f"cell {backend}/{workload}/{threads} failed:\n{proc.stderr}")
+        return {"error": net.failure_reason(proc.stderr)
+                or f"exit status {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def backend_unavailable(backend):
+    """Why `backend` cannot run here, or None."""
+    module = backends.PEER_MODULES.get(backend)
+    if module is not None:
+        try:
+            __import__(module)
+        except ImportError:
+            return f"{module} is not installed (tools/setup.sh installs it)"
+    if backend == "seed" and not os.access(net.SEED_PYTHON, os.X_OK):
+        return (f"no venv with the seed's mt-asyncio at {net.SEED_PYTHON} "
+                "(tools/setup.sh makes it; free-threaded interpreters only)")
+    return None
 
 
 def format_table(rows):
     header = ["workload", "backend", "threads", "median s", "spread s", "vs asyncio", "balance"]
     lines = [header]
     for r in rows:
+        if r.get("error"):
+            lines.append([r["workload"], r["backend"], str(r["threads"]), "FAIL",
+                          "-", "-", r["error"][:100]])
+            continue
         lines.append([
             r["workload"], r["backend"], str(r["threads"]),
             f"{r['median']:.4f}", f"{r['min']:.4f}-{r['max']:.4f}",
@@ -102,11 +134,13 @@ def render(lines):
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
-                   help="smoke run in seconds: small scale, 2 repeats")
+                   help="smoke run: small scale, one round")
     p.add_argument("--threads", type=int, nargs="+", default=None,
                    help="thread counts for parallel backends (default: 1 2)")
     p.add_argument("--workloads", nargs="+", default=None, choices=ALL_WORKLOADS)
-    p.add_argument("--backends", nargs="+", default=None, choices=sorted(ALL_BACKENDS))
+    p.add_argument("--backends", nargs="+", default=None,
+                   choices=sorted(ALL_BACKENDS) + ["all"],
+                   help="default: every backend but the opt-in ones; 'all': every one")
     p.add_argument("--repeats", type=int, default=None, help="counted runs per cell (default 5)")
     p.add_argument("--scale", type=float, default=None, help="multiplies workload sizes")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -116,7 +150,7 @@ def parse_args(argv):
     p.add_argument("--cell", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.repeats is None:
-        args.repeats = 2 if args.quick else 5
+        args.repeats = 1 if args.quick else 5
     if args.scale is None:
         args.scale = 0.01 if args.quick else 1.0
     if args.threads is None:
@@ -124,6 +158,8 @@ def parse_args(argv):
     if args.repeats < 1 or args.scale <= 0 or any(t < 1 for t in args.threads):
         p.error("--repeats, --scale and --threads must be positive")
     args.workloads = args.workloads or ALL_WORKLOADS
+    if args.backends and "all" in args.backends:
+        args.backends = list(ALL_BACKENDS)
     args.backends = args.backends or [b for b in ALL_BACKENDS if b not in OPT_IN_BACKENDS]
     return args
 
@@ -134,6 +170,10 @@ def format_net_table(rows):
     lines = [header]
     for r in rows:
         idle = r["workload"] == "idle_conns"
+        if r.get("error"):
+            lines.append([r["workload"], r["backend"], str(r["threads"]), "FAIL",
+                          "-", "-", "-", "-", r["error"][:100]])
+            continue
         lines.append([
             r["workload"], r["backend"], str(r["threads"]),
             "-" if idle else f"{r['median']:.0f}",
@@ -181,19 +221,29 @@ def _net_workload_rows(args, workload, available):
     cells = [(b, t) for b in args.backends if b in available
              for t in ([1] if b in net.SINGLE_THREADED else args.threads)]
     results = {c: [] for c in cells}
+    failed = {}  # cell -> why; a failed cell is not run again.
     for r in range(args.repeats):
         order = cells[r % len(cells):] + cells[:r % len(cells)]
         for backend, threads in order:
-            results[(backend, threads)].append(
-                net.run_net_cell(backend, workload, threads, args.scale))
+            if (backend, threads) in failed:
+                continue
+            try:
+                results[(backend, threads)].append(
+                    net.run_net_cell(backend, workload, threads, args.scale))
+            except net.CellFailed as e:
+                failed[(backend, threads)] = str(e)
     idle = workload == "idle_conns"
     key = "bytes_per_conn" if idle else "rps"
 
     def med(cell, k):
         return statistics.median(x[k] for x in results[cell])
 
-    base = med(("asyncio", 1), key) if ("asyncio", 1) in results else None
+    base = med(("asyncio", 1), key) if results.get(("asyncio", 1)) else None
     for cell in cells:
+        if cell in failed:
+            rows.append({"workload": workload, "backend": cell[0],
+                         "threads": cell[1], "error": failed[cell]})
+            continue
         values = [x[key] for x in results[cell]]
         median = statistics.median(values)
         ratio = None
@@ -241,6 +291,12 @@ def main(argv=None):
     print("mt_asyncio rows: mt_asyncio.asyncio, tasks stepped in parallel on the "
           "runtime's workers")
 
+    for backend in list(args.backends):
+        reason = backend_unavailable(backend)
+        if reason:
+            print(f"skipped backend {backend}: {reason}")
+            args.backends.remove(backend)
+
     rows = []
     gil_stayed_off = True
     for workload in [w for w in args.workloads if w in workloads.WORKLOADS]:
@@ -250,6 +306,7 @@ def main(argv=None):
                                  else args.threads)]
         times = {c: [] for c in cells}
         balance = {}
+        failed = {}  # cell -> why; a failed cell is not run again.
         # Interleaved: each round runs every cell once (a fresh subprocess,
         # one warm-up, one counted run), in a rotated order, so drift on a
         # shared machine lands on every cell alike instead of on whichever
@@ -257,12 +314,22 @@ def main(argv=None):
         for r in range(args.repeats):
             order = cells[r % len(cells):] + cells[:r % len(cells)]
             for backend, threads in order:
+                if (backend, threads) in failed:
+                    continue
                 cell = spawn_cell(backend, workload, threads, args.scale)
+                if "error" in cell:
+                    failed[(backend, threads)] = cell["error"]
+                    continue
                 gil_stayed_off &= not cell["gil_enabled_after"]
                 times[(backend, threads)].append(cell["time"])
                 balance[(backend, threads)] = (cell["balance"], cell["coroutines"])
-        baseline = statistics.median(times[("asyncio", 1)]) if ("asyncio", 1) in times else None
+        baseline = (statistics.median(times[("asyncio", 1)])
+                    if times.get(("asyncio", 1)) else None)
         for backend, threads in cells:
+            if (backend, threads) in failed:
+                rows.append({"workload": workload, "backend": backend,
+                             "threads": threads, "error": failed[(backend, threads)]})
+                continue
             t = times[(backend, threads)]
             median = statistics.median(t)
             rows.append({

@@ -37,7 +37,7 @@ HTTP_BURN = 5000  # CPU iterations per HTTP request (BENCHMARKS.md).
 DB_WORKLOADS = {"db_http"}
 DB_ROWS = 10000
 # Backends that can run asyncpg: the seed's venv has no drivers.
-DB_BACKENDS = {"asyncio", "uvloop", "asyncio-multiloop", "mt_asyncio"}
+DB_BACKENDS = {"asyncio", "uvloop", "rloop", "asyncio-multiloop", "mt_asyncio"}
 _PG_CLUSTER_DIR = os.path.join(os.path.dirname(HERE), os.pardir, os.pardir,
                                "tests", "libs")
 
@@ -52,17 +52,18 @@ SEED_PYTHON = os.environ.get("MT_SEED_PYTHON") or os.path.expanduser(
 def net_backends():
     """Server backends available here."""
     found = ["asyncio", "asyncio-multiloop", "mt_asyncio"]
-    try:
-        import uvloop  # noqa: F401
-        found.insert(1, "uvloop")
-    except ImportError:
-        pass
+    for peer in ("rloop", "uvloop"):
+        try:
+            __import__(peer)
+            found.insert(1, peer)
+        except ImportError:
+            pass
     if os.access(SEED_PYTHON, os.X_OK):
         found.append("seed")
     return found
 
 
-SINGLE_THREADED = {"asyncio", "uvloop"}
+SINGLE_THREADED = {"asyncio", "uvloop", "rloop"}
 
 
 def db_unavailable():
@@ -248,6 +249,12 @@ def serve(backend, workload, threads):
 
         import uvloop
         threads_ = [threading.Thread(target=run_loop, args=(aio, uvloop.run, False, 0))]
+    elif backend == "rloop":
+        import asyncio as aio
+
+        import rloop
+        threads_ = [threading.Thread(target=run_loop, args=(
+            aio, lambda c: aio.run(c, loop_factory=rloop.new_event_loop), False, 0))]
     elif backend == "asyncio":
         import asyncio as aio
         threads_ = [threading.Thread(target=run_loop, args=(aio, aio.run, False, 0))]
@@ -368,6 +375,27 @@ def load(workload, port, scale, cafile=None):
 # --- the driver's cell --------------------------------------------------------------------
 
 
+class CellFailed(Exception):
+    """The backend could not serve the workload; the message says why."""
+
+
+def failure_reason(text):
+    """What a failed process's stderr says went wrong, in one line: the
+    exception, and the function that raised it (peers raise a bare
+    NotImplementedError for what they lack)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    frames = [line for line in lines if line.startswith("File ") and ", in " in line]
+    where = f" (in {frames[-1].rsplit(', in ', 1)[1]})" if frames else ""
+    return lines[-1] + where
+
+
+def _last_line(f):
+    f.seek(0)
+    return failure_reason(f.read())
+
+
 def run_net_cell(backend, workload, threads, scale):
     """One measurement: a fresh server process and a fresh client process.
     Returns rps and latencies (bytes per connection for idle_conns), and
@@ -377,14 +405,20 @@ def run_net_cell(backend, workload, threads, scale):
     if backend == "seed":
         python = SEED_PYTHON
         env.pop("PYTHONPATH", None)  # Ours would shadow the seed's package.
+    # The server's errors go to a file: a failed cell reports its last line.
+    server_errors = tempfile.TemporaryFile("w+")
     server = subprocess.Popen(
         [python, HERE, "--serve", backend, workload, str(threads)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=server_errors,
+        text=True, env=env)
     try:
         line = server.stdout.readline()
-        if not line.startswith("port "):
-            raise RuntimeError(f"server {backend}/{workload} did not start")
-        port = int(line.split()[1])
+        port = int(line.split()[1]) if line.startswith("port ") else 0
+        if port == 0:  # No listener: the serving loop failed.
+            server.kill()
+            server.wait(60)
+            raise CellFailed(_last_line(server_errors)
+                             or f"server {backend}/{workload} did not start")
         cafile = None
         if workload.startswith("tls"):
             cafile = _server_cafile(server)
@@ -407,6 +441,11 @@ def run_net_cell(backend, workload, threads, scale):
             client.stdin.write("done\n")
             client.stdin.flush()
         out, _ = client.communicate(timeout=600)
+        if client.returncode != 0 or not out.strip():
+            server.kill()
+            server.wait(60)
+            raise CellFailed(_last_line(server_errors)
+                             or f"the load client failed (exit {client.returncode})")
         result = json.loads(out.strip().splitlines()[-1])
         if workload == "idle_conns":
             result["bytes_per_conn"] = (after - before) / result["connections"]
