@@ -24,8 +24,10 @@ import net  # noqa: E402
 import workloads  # noqa: E402
 
 ALL_WORKLOADS = sorted(workloads.WORKLOADS) + sorted(net.NET_WORKLOADS)
-ALL_BACKENDS = list(backends.BACKENDS) + [b for b in net.net_backends()
-                                          if b not in backends.BACKENDS]
+# Every network server backend is one of these too (net.net_backends() says
+# which are installed; not asked here, so a cell's process imports no peer
+# it does not run).
+ALL_BACKENDS = list(backends.BACKENDS)
 # Rows that answer a question of their own, asked for by name: the control
 # plane's cost (`--backends asyncio mt_asyncio mt_asyncio+watch`).
 OPT_IN_BACKENDS = {"mt_asyncio+watch"}
@@ -144,6 +146,13 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=None, help="counted runs per cell (default 5)")
     p.add_argument("--scale", type=float, default=None, help="multiplies workload sizes")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--plot", metavar="DIR",
+                   help="write PNG charts (matplotlib) of the results into DIR")
+    p.add_argument("--compare", metavar="OLD_JSON",
+                   help="print each cell's change against an earlier --json run")
+    p.add_argument("--from-json", metavar="PATH",
+                   help="measure nothing: plot/compare the results of an earlier "
+                        "--json run")
     p.add_argument("--allow-unoptimized", action="store_true",
                    help="run even on a debug/sanitizer extension (tests only: "
                         "the numbers are then not measurements)")
@@ -262,10 +271,62 @@ def _net_workload_rows(args, workload, available):
     return rows
 
 
+def _cell_key(row):
+    return (row["workload"], row["backend"], row["threads"])
+
+
+def _number(value):
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
+
+
+def format_comparison(old, new):
+    """Each cell present in both runs: the old and new medians and the
+    change, as speed (above 1 is faster now; rps for network rows, time
+    for the others, bytes per connection for idle_conns)."""
+    before = {_cell_key(r): r for r in old.get("rows", []) + old.get("net_rows", [])}
+    lines = [["workload", "backend", "threads", "old", "new", "change"]]
+    for row in new.get("rows", []) + new.get("net_rows", []):
+        was = before.get(_cell_key(row))
+        if was is None:
+            continue
+        if row.get("error") or was.get("error"):
+            lines.append([*map(str, _cell_key(row)),
+                          "FAIL" if was.get("error") else _number(was["median"]),
+                          "FAIL" if row.get("error") else _number(row["median"]), "-"])
+            continue
+        higher_is_better = "p50_ms" in row  # Requests per second.
+        speed = (row["median"] / was["median"] if higher_is_better
+                 else was["median"] / row["median"])
+        lines.append([*map(str, _cell_key(row)), _number(was["median"]),
+                      _number(row["median"]), f"{speed:.2f}x"])
+    return render(lines)
+
+
+def report_saved(args, data):
+    """--plot and --compare on results (just measured or read back)."""
+    if args.compare:
+        with open(args.compare) as f:
+            old = json.load(f)
+        print(f"\nchange against {args.compare} (speed: above 1.00x is faster now):")
+        print(format_comparison(old, data))
+    if args.plot:
+        import plots
+        written = plots.write_plots(data, args.plot)
+        print(f"\nwrote {len(written)} charts into {args.plot}")
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.cell:
         print(json.dumps(run_cell(*json.loads(args.cell))))
+        return 0
+    if args.from_json:
+        with open(args.from_json) as f:
+            data = json.load(f)
+        if not (args.plot or args.compare):
+            print("bench: --from-json needs --plot or --compare", file=sys.stderr)
+            return 2
+        report_saved(args, data)
         return 0
 
     facts = interpreter_facts()
@@ -350,12 +411,13 @@ def main(argv=None):
         print(format_net_table(net_rows))
     if facts["free_threaded"]:
         print(f"\nGIL stayed disabled in every cell: {'yes' if gil_stayed_off else 'NO'}")
+    data = {"interpreter": facts, "args": vars(args), "rows": rows,
+            "net_rows": net_rows, "gil_stayed_off": gil_stayed_off}
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"interpreter": facts, "args": vars(args), "rows": rows,
-                       "net_rows": net_rows, "gil_stayed_off": gil_stayed_off},
-                      f, indent=2)
+            json.dump(data, f, indent=2)
         print(f"wrote {args.json}")
+    report_saved(args, data)
     return 0
 
 

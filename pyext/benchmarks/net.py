@@ -279,7 +279,12 @@ def serve(backend, workload, threads):
     for t in threads_:
         if not t.is_alive() and t.ident is None:
             t.start()
-    ready.wait(30)
+    # Until it listens, or its loop died (a peer that cannot serve this
+    # workload): port 0 then, and the driver reports the error.
+    deadline = time.monotonic() + 30
+    while not ready.wait(0.02) and time.monotonic() < deadline:
+        if not any(t.is_alive() for t in threads_):
+            break
     print(f"port {port[0]}", flush=True)
     for line in sys.stdin:
         cmd = line.strip()
@@ -434,7 +439,10 @@ def run_net_cell(backend, workload, threads, scale):
         if workload == "idle_conns":
             if client.stdout.readline().strip() != "open":
                 raise RuntimeError("the idle-connection client failed")
-            time.sleep(0.5)  # Let the server finish accepting.
+            # Let the server finish accepting (the connections are open
+            # on the client's side already).
+            opened = NET_WORKLOADS["idle_conns"][0] * min(scale, 1.0)
+            time.sleep(0.5 if opened > 1000 else 0.1)
             server.stdin.write("rss\n")
             server.stdin.flush()
             after = int(server.stdout.readline())

@@ -79,6 +79,25 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
                     continue
                 assert len(row["values"]) == 1 and row["values"][0] > 0
     assert "network (server in its own process" in proc.stdout
+    _replot_and_compare(out_json, tmp_path / "plots")
+
+
+def _replot_and_compare(saved, plot_dir):
+    # --from-json: no measuring; compared with itself every measured cell
+    # is 1.00x; --plot writes the charts.
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed "
+                        "(tools/setup.sh installs it)")
+    proc = subprocess.run(
+        [sys.executable, BENCH, "--from-json", str(saved), "--compare", str(saved),
+         "--plot", str(plot_dir)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("faster now):", 1)[1].strip().split("\n\n")[0]
+    changes = [line.split()[-1] for line in table.splitlines()[2:]]
+    assert changes and all(c in ("1.00x", "-") for c in changes), changes
+    names = set(os.listdir(plot_dir))
+    assert {"speed_cpu.png", "speed_network.png", "scaling_mixed.png",
+            "latency_http_cpu.png"} <= names
+    assert all((plot_dir / n).stat().st_size > 1000 for n in names)
 
 
 def test_bad_arguments_are_refused():
