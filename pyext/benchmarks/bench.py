@@ -71,9 +71,29 @@ def run_cell(backend, workload, threads, scale):
 CELL_TIMEOUT_S = 600
 
 
+def run_rounds(cells, repeats, run_one):
+    """Runs every (backend, threads) cell `repeats` times, interleaved: each
+    round runs every cell once, in a rotated order, so drift on a shared
+    machine lands on every cell alike instead of on whichever ran last.
+    `run_one` returns a result or raises net.CellFailed; a failed cell is
+    not run again. Returns ({cell: [results]}, {cell: why it failed})."""
+    results = {c: [] for c in cells}
+    failed = {}
+    for r in range(repeats):
+        for cell in cells[r % len(cells):] + cells[:r % len(cells)]:
+            if cell in failed:
+                continue
+            try:
+                results[cell].append(run_one(*cell))
+            except net.CellFailed as e:
+                failed[cell] = str(e)
+    return results, failed
+
+
 def spawn_cell(backend, workload, threads, scale):
-    """One cell in a fresh process: its result, or {"error": reason} when
-    the backend failed the workload (a peer that cannot run it)."""
+    """One cell in a fresh process (one warm-up, one counted run): its
+    result; net.CellFailed when the backend failed the workload (a peer
+    that cannot run it)."""
     python, env = sys.executable, dict(os.environ)
     if backend == "seed":
         python = net.SEED_PYTHON
@@ -84,10 +104,10 @@ def spawn_cell(backend, workload, threads, scale):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                               timeout=CELL_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return {"error": f"no result in {CELL_TIMEOUT_S} s"}
+        raise net.CellFailed(f"no result in {CELL_TIMEOUT_S} s") from None
     if proc.returncode != 0:
-        return {"error": net.failure_reason(proc.stderr)
-                or f"exit status {proc.returncode}"}
+        raise net.CellFailed(net.failure_reason(proc.stderr)
+                             or f"exit status {proc.returncode}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -229,18 +249,9 @@ def _net_workload_rows(args, workload, available):
         available = [b for b in available if b in net.DB_BACKENDS]
     cells = [(b, t) for b in args.backends if b in available
              for t in ([1] if b in net.SINGLE_THREADED else args.threads)]
-    results = {c: [] for c in cells}
-    failed = {}  # cell -> why; a failed cell is not run again.
-    for r in range(args.repeats):
-        order = cells[r % len(cells):] + cells[:r % len(cells)]
-        for backend, threads in order:
-            if (backend, threads) in failed:
-                continue
-            try:
-                results[(backend, threads)].append(
-                    net.run_net_cell(backend, workload, threads, args.scale))
-            except net.CellFailed as e:
-                failed[(backend, threads)] = str(e)
+    results, failed = run_rounds(
+        cells, args.repeats,
+        lambda backend, threads: net.run_net_cell(backend, workload, threads, args.scale))
     idle = workload == "idle_conns"
     key = "bytes_per_conn" if idle else "rps"
 
@@ -365,25 +376,13 @@ def main(argv=None):
                  if backend in backends.BACKENDS
                  for threads in ([1] if backend in backends.SINGLE_THREADED
                                  else args.threads)]
-        times = {c: [] for c in cells}
-        balance = {}
-        failed = {}  # cell -> why; a failed cell is not run again.
-        # Interleaved: each round runs every cell once (a fresh subprocess,
-        # one warm-up, one counted run), in a rotated order, so drift on a
-        # shared machine lands on every cell alike instead of on whichever
-        # ran last.
-        for r in range(args.repeats):
-            order = cells[r % len(cells):] + cells[:r % len(cells)]
-            for backend, threads in order:
-                if (backend, threads) in failed:
-                    continue
-                cell = spawn_cell(backend, workload, threads, args.scale)
-                if "error" in cell:
-                    failed[(backend, threads)] = cell["error"]
-                    continue
-                gil_stayed_off &= not cell["gil_enabled_after"]
-                times[(backend, threads)].append(cell["time"])
-                balance[(backend, threads)] = (cell["balance"], cell["coroutines"])
+        results, failed = run_rounds(
+            cells, args.repeats,
+            lambda backend, threads: spawn_cell(backend, workload, threads, args.scale))
+        times = {c: [x["time"] for x in results[c]] for c in cells}
+        balance = {c: (results[c][-1]["balance"], results[c][-1]["coroutines"])
+                   for c in cells if results[c]}
+        gil_stayed_off &= not any(x["gil_enabled_after"] for c in cells for x in results[c])
         baseline = (statistics.median(times[("asyncio", 1)])
                     if times.get(("asyncio", 1)) else None)
         for backend, threads in cells:

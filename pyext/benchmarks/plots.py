@@ -57,6 +57,16 @@ def write_plots(data, folder):
     return written
 
 
+def _save(plt, fig, ax, title, path):
+    """Title, legend beside the plot, written to `path` (returned)."""
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def _backends_in(rows):
     seen = []
     for r in rows:
@@ -92,13 +102,8 @@ def _speed_charts(plt, rows, folder):
         ax.set_xticks(range(len(workloads)))
         ax.set_xticklabels(workloads, rotation=20, ha="right")
         ax.set_ylabel("speed vs stdlib asyncio (best thread count)")
-        ax.set_title(f"{family} workloads")
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        fig.tight_layout()
-        path = os.path.join(folder, f"speed_{family}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, ax, f"{family} workloads",
+                             os.path.join(folder, f"speed_{family}.png")))
     return written
 
 
@@ -123,13 +128,8 @@ def _scaling_charts(plt, rows, folder):
         ax.set_xticklabels([str(t) for t in threads])
         ax.set_xlabel("threads")
         ax.set_ylabel("speed vs stdlib asyncio (1 thread)")
-        ax.set_title(f"{workload}: thread scaling")
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        fig.tight_layout()
-        path = os.path.join(folder, f"scaling_{workload}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, ax, f"{workload}: thread scaling",
+                             os.path.join(folder, f"scaling_{workload}.png")))
     return written
 
 
@@ -145,11 +145,6 @@ def _latency_charts(plt, net_rows, folder):
         ax.set_xticks(list(xs))
         ax.set_xticklabels(labels, rotation=30, ha="right")
         ax.set_ylabel("request latency, ms")
-        ax.set_title(f"{workload}: latency")
-        ax.legend()
-        fig.tight_layout()
-        path = os.path.join(folder, f"latency_{workload}.png")
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, ax, f"{workload}: latency",
+                             os.path.join(folder, f"latency_{workload}.png")))
     return written
