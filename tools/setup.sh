@@ -25,11 +25,11 @@ LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio
 # h2 (pure Python HTTP/2): the control plane's fuzz suite crafts requests
 # with it.
 TEST_PACKAGES=(h2)
-# Peers //pyext:bench measures against: uvloop and rloop in the same
-# interpreter (their import names are their own); the
+# Peers //pyext:bench measures against: uvloop, rloop and tonio in the
+# same interpreter (their import names are their own); the
 # seed's own implementation (import name mt_asyncio, like ours) in a venv
 # of its own, only for a free-threaded interpreter (its only wheels).
-BENCH_PACKAGES=(uvloop rloop matplotlib)  # matplotlib: bench --plot
+BENCH_PACKAGES=(uvloop rloop tonio matplotlib)  # matplotlib: bench --plot
 SEED_PACKAGE="mt-asyncio==0.3.0a1"
 SEED_VENV="${HOME:-/root}/.cache/mt_asyncio/seed-venv"
 # grpcurl, the third-party gRPC client the control plane's suite checks
@@ -69,7 +69,7 @@ then
   echo "setup: installing ${PIP_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}"
 fi
-if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, psycopg, psycopg_pool, asyncpg, uvloop, rloop, matplotlib, h2" 2>/dev/null; then
+if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, psycopg, psycopg_pool, asyncpg, uvloop, rloop, tonio, matplotlib, h2" 2>/dev/null; then
   echo "setup: installing ${LIB_PACKAGES[*]} ${BENCH_PACKAGES[*]} ${TEST_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     "${LIB_PACKAGES[@]}" "${BENCH_PACKAGES[@]}" "${TEST_PACKAGES[@]}"

@@ -91,6 +91,56 @@ def run_rloop_multiloop(factories, threads):
     return _on_loops_per_thread(factories, threads, _rloop_factory())
 
 
+class _TonioNames:
+    """The asyncio names a workload uses, from tonio's own API (its
+    async/await flavour, tonio.colored): sleep (yield_now for 0), gather
+    (spawn, which joins and returns the results in order), Lock and
+    Semaphore. A workload that needs anything else (create_task, TaskGroup,
+    Queue, Event, wait_for, to_thread, cancellation) is not expressible:
+    the cell fails, saying which name."""
+
+    def __init__(self):
+        import tonio.colored
+        import tonio.colored.sync
+        self._tonio = tonio.colored
+        self.Lock = tonio.colored.sync.Lock
+        self.Semaphore = tonio.colored.sync.Semaphore
+
+    def sleep(self, delay):
+        return self._tonio.sleep(delay) if delay else self._tonio.yield_now()
+
+    async def gather(self, *coros):
+        return await self._tonio.spawn(*coros)
+
+    def __getattr__(self, name):
+        raise NotImplementedError(
+            f"not expressible with tonio's API: the workload uses asyncio.{name}")
+
+
+_tonio_runtime = []
+
+
+def run_tonio(factories, threads):
+    """tonio (Rust runtime with its own API, not asyncio's): its runtime
+    with `threads` workers, made once per process (the warm-up run makes
+    it), and every top-level coroutine spawned on it (_TonioNames)."""
+    import tonio
+    if not _tonio_runtime:
+        _tonio_runtime.append(tonio.runtime(threads=threads, context=True))
+    aio = _TonioNames()
+
+    async def main():
+        await aio.gather(*(f(aio) for f in factories))
+    try:
+        _tonio_runtime[0].run_until_complete(main())
+    except ExceptionGroup as group:  # spawn's: say what the first child hit.
+        first = group
+        while isinstance(first, ExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+    return [len(factories)]
+
+
 _seed_runtime_started = []
 
 
@@ -215,6 +265,7 @@ BACKENDS = {
     "rloop": run_rloop,
     "rloop-multiloop": run_rloop_multiloop,
     "seed": run_seed,
+    "tonio": run_tonio,
     "mt_asyncio": run_mt_asyncio,
     "mt_asyncio+watch": run_mt_asyncio_watched,
 }
@@ -222,7 +273,7 @@ BACKENDS = {
 SINGLE_THREADED = {"asyncio", "uvloop", "rloop"}
 # The import each peer needs (checked in the driver, not in a cell).
 PEER_MODULES = {"uvloop": "uvloop", "uvloop-multiloop": "uvloop",
-                "rloop": "rloop", "rloop-multiloop": "rloop"}
+                "rloop": "rloop", "rloop-multiloop": "rloop", "tonio": "tonio"}
 
 # Backends that run on mt_asyncio._core; the driver refuses to measure them
 # on a debug or sanitizer build of the extension.

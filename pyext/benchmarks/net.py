@@ -386,11 +386,13 @@ class CellFailed(Exception):
 
 def failure_reason(text):
     """What a failed process's stderr says went wrong, in one line: the
-    exception, and the function that raised it (peers raise a bare
-    NotImplementedError for what they lack)."""
+    exception, and for one without a message the function that raised it
+    (peers raise a bare NotImplementedError for what they lack)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return ""
+    if ": " in lines[-1]:
+        return lines[-1]  # The exception says what it is.
     frames = [line for line in lines if line.startswith("File ") and ", in " in line]
     where = f" (in {frames[-1].rsplit(', in ', 1)[1]})" if frames else ""
     return lines[-1] + where
