@@ -7,6 +7,7 @@ for stdlib backends, units run per worker for mt_asyncio.
 """
 
 import asyncio
+import importlib
 import threading
 
 
@@ -55,40 +56,30 @@ def run_asyncio_multiloop(factories, threads):
     return _on_loops_per_thread(factories, threads)
 
 
-def _uvloop_factory():
-    import uvloop
-    return uvloop.new_event_loop
+def _peer_loop_backends(module_name, what):
+    """The two backends of an asyncio event loop from another package
+    (its `new_event_loop`): one loop, and one loop per thread with the
+    coroutines partitioned up front, as asyncio-multiloop."""
+    def loop_factory():
+        return importlib.import_module(module_name).new_event_loop
+
+    def one_loop(factories, threads):
+        if threads != 1:
+            raise ValueError(f"the {module_name} backend runs one loop; threads must be 1")
+        _run_on_one_loop(asyncio, factories, loop_factory())
+        return [len(factories)]
+
+    def loop_per_thread(factories, threads):
+        return _on_loops_per_thread(factories, threads, loop_factory())
+
+    one_loop.__doc__ = f"{what}: one loop (threads must be 1)."
+    loop_per_thread.__doc__ = f"One {module_name} loop per thread, coroutines partitioned up front."
+    return one_loop, loop_per_thread
 
 
-def _rloop_factory():
-    import rloop
-    return rloop.new_event_loop
-
-
-def run_uvloop(factories, threads):
-    """uvloop: one loop (threads must be 1)."""
-    if threads != 1:
-        raise ValueError("the uvloop backend runs one loop; threads must be 1")
-    _run_on_one_loop(asyncio, factories, _uvloop_factory())
-    return [len(factories)]
-
-
-def run_uvloop_multiloop(factories, threads):
-    """One uvloop loop per thread, coroutines partitioned up front."""
-    return _on_loops_per_thread(factories, threads, _uvloop_factory())
-
-
-def run_rloop(factories, threads):
-    """rloop (Rust event loop for asyncio): one loop (threads must be 1)."""
-    if threads != 1:
-        raise ValueError("the rloop backend runs one loop; threads must be 1")
-    _run_on_one_loop(asyncio, factories, _rloop_factory())
-    return [len(factories)]
-
-
-def run_rloop_multiloop(factories, threads):
-    """One rloop loop per thread, coroutines partitioned up front."""
-    return _on_loops_per_thread(factories, threads, _rloop_factory())
+run_uvloop, run_uvloop_multiloop = _peer_loop_backends("uvloop", "uvloop")
+run_rloop, run_rloop_multiloop = _peer_loop_backends(
+    "rloop", "rloop (a Rust event loop for asyncio)")
 
 
 class _TonioNames:

@@ -248,7 +248,7 @@ def _net_workload_rows(args, workload, available):
     if workload in net.DB_WORKLOADS:
         available = [b for b in available if b in net.DB_BACKENDS]
     cells = [(b, t) for b in args.backends if b in available
-             for t in ([1] if b in net.SINGLE_THREADED else args.threads)]
+             for t in ([1] if b in backends.SINGLE_THREADED else args.threads)]
     results, failed = run_rounds(
         cells, args.repeats,
         lambda backend, threads: net.run_net_cell(backend, workload, threads, args.scale))

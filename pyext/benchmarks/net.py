@@ -63,9 +63,6 @@ def net_backends():
     return found
 
 
-SINGLE_THREADED = {"asyncio", "uvloop", "rloop"}
-
-
 def db_unavailable():
     """Why the database rows cannot run here, or None."""
     try:
