@@ -395,7 +395,7 @@ def failure_reason(text):
     return lines[-1] + where
 
 
-def _last_line(f):
+def _reason_in(f):
     f.seek(0)
     return failure_reason(f.read())
 
@@ -418,10 +418,8 @@ def run_net_cell(backend, workload, threads, scale):
     try:
         line = server.stdout.readline()
         port = int(line.split()[1]) if line.startswith("port ") else 0
-        if port == 0:  # No listener: the serving loop failed.
-            server.kill()
-            server.wait(60)
-            raise CellFailed(_last_line(server_errors)
+        if port == 0:  # No listener: the serving loop died, its error written.
+            raise CellFailed(_reason_in(server_errors)
                              or f"server {backend}/{workload} did not start")
         cafile = None
         if workload.startswith("tls"):
@@ -449,9 +447,7 @@ def run_net_cell(backend, workload, threads, scale):
             client.stdin.flush()
         out, _ = client.communicate(timeout=600)
         if client.returncode != 0 or not out.strip():
-            server.kill()
-            server.wait(60)
-            raise CellFailed(_last_line(server_errors)
+            raise CellFailed(_reason_in(server_errors)
                              or f"the load client failed (exit {client.returncode})")
         result = json.loads(out.strip().splitlines()[-1])
         if workload == "idle_conns":
@@ -466,6 +462,8 @@ def run_net_cell(backend, workload, threads, scale):
     finally:
         if server.poll() is None:
             server.kill()
+            server.wait(60)
+        server_errors.close()
 
 
 def _server_cafile(server):
