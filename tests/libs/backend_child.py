@@ -13,8 +13,8 @@ The module registers async scenarios with @scenario; each returns a
 JSON-able observation. After each one this process must have no more
 descriptors open than before it, and no child process (running or a
 zombie): either is recorded as the scenario's failure (and such a child
-is killed). Results are
-written after every scenario, so a hang still leaves what ran."""
+is killed). Results are written after every scenario, so a hang still
+leaves what ran."""
 
 import gc
 import importlib
