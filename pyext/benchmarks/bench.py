@@ -15,11 +15,11 @@ import statistics
 import subprocess
 import sys
 import sysconfig
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import backends  # noqa: E402
+from cell import gil_enabled  # noqa: E402
 import net  # noqa: E402
 import workloads  # noqa: E402
 
@@ -33,17 +33,13 @@ ALL_BACKENDS = list(backends.BACKENDS)
 OPT_IN_BACKENDS = {"mt_asyncio+watch"}
 
 
-def _gil_enabled():
-    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
-
-
 def interpreter_facts():
     facts = {
         "executable": sys.executable,
         "version": platform.python_version(),
         "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
         "debug_build": bool(sysconfig.get_config_var("Py_DEBUG")),
-        "gil_enabled": _gil_enabled(),
+        "gil_enabled": gil_enabled(),
     }
     try:
         import mt_asyncio
@@ -53,21 +49,8 @@ def interpreter_facts():
     return facts
 
 
-def run_cell(backend, workload, threads, scale):
-    """Runs in the child process: one warm-up run, then one timed run."""
-    run = backends.BACKENDS[backend]
-    make = workloads.WORKLOADS[workload]
-    run(make(scale), threads)  # Warm-up.
-    factories = make(scale)
-    start = time.perf_counter()
-    balance = run(factories, threads)
-    elapsed = time.perf_counter() - start
-    if isinstance(balance, backends.Timed):
-        balance, elapsed = balance.balance, balance.elapsed
-    return {"time": elapsed, "balance": balance, "coroutines": len(factories),
-            "gil_enabled_after": _gil_enabled()}
-
-
+# Runs one cell in its process; imports only the backends and workloads.
+CELL_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cell.py")
 CELL_TIMEOUT_S = 600
 
 
@@ -98,7 +81,7 @@ def spawn_cell(backend, workload, threads, scale):
     if backend == "seed":
         python = net.SEED_PYTHON
         env.pop("PYTHONPATH", None)  # Ours would shadow the seed's package.
-    cmd = [python, os.path.abspath(__file__), "--cell",
+    cmd = [python, CELL_SCRIPT,
            json.dumps([backend, workload, threads, scale])]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
@@ -147,7 +130,7 @@ def render(lines):
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     out = []
     for n, line in enumerate(lines):
-        out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+        out.append("  ".join(text.ljust(w) for text, w in zip(line, widths)).rstrip())
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
@@ -156,9 +139,11 @@ def render(lines):
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
-                   help="smoke run: small scale, one round")
+                   help="smoke run: small scale, one round, parallel backends "
+                        "at 2 threads only")
     p.add_argument("--threads", type=int, nargs="+", default=None,
-                   help="thread counts for parallel backends (default: 1 2)")
+                   help="thread counts for parallel backends (default: 1 2; "
+                        "--quick: 2)")
     p.add_argument("--workloads", nargs="+", default=None, choices=ALL_WORKLOADS)
     p.add_argument("--backends", nargs="+", default=None,
                    choices=sorted(ALL_BACKENDS) + ["all"],
@@ -170,20 +155,24 @@ def parse_args(argv):
                    help="write PNG charts (matplotlib) of the results into DIR")
     p.add_argument("--compare", metavar="OLD_JSON",
                    help="print each cell's change against an earlier --json run")
-    p.add_argument("--from-json", metavar="PATH",
-                   help="measure nothing: plot/compare the results of an earlier "
-                        "--json run")
+    p.add_argument("--markdown", metavar="PATH",
+                   help="write the report's tables (docs/benchmarks.md) as Markdown")
+    p.add_argument("--from-json", metavar="PATH", nargs="+",
+                   help="measure nothing: plot/compare/tabulate earlier --json "
+                        "runs (several: their cells merged, a later file's "
+                        "cell replacing an earlier one's)")
     p.add_argument("--allow-unoptimized", action="store_true",
                    help="run even on a debug/sanitizer extension (tests only: "
                         "the numbers are then not measurements)")
-    p.add_argument("--cell", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.repeats is None:
         args.repeats = 1 if args.quick else 5
     if args.scale is None:
         args.scale = 0.01 if args.quick else 1.0
     if args.threads is None:
-        args.threads = [1, 2]
+        # A smoke run's cells cost their process start more than their
+        # work: one thread count keeps every backend in it and halves them.
+        args.threads = [2] if args.quick else [1, 2]
     if args.repeats < 1 or args.scale <= 0 or any(t < 1 for t in args.threads):
         p.error("--repeats, --scale and --threads must be positive")
     args.workloads = args.workloads or ALL_WORKLOADS
@@ -313,8 +302,23 @@ def format_comparison(old, new):
     return render(lines)
 
 
+def merge_runs(runs):
+    """One run's data from several --json runs (each cell once, the last
+    file's copy kept); interpreter facts and arguments of the first."""
+    merged = {k: v for k, v in runs[0].items() if k not in ("rows", "net_rows")}
+    for key in ("rows", "net_rows"):
+        cells = {}
+        for run in runs:
+            for row in run.get(key, []):
+                cells[_cell_key(row)] = row
+        merged[key] = list(cells.values())
+    merged["gil_stayed_off"] = all(run.get("gil_stayed_off", True) for run in runs)
+    return merged
+
+
 def report_saved(args, data):
-    """--plot and --compare on results (just measured or read back)."""
+    """--plot, --compare and --markdown on results (just measured or read
+    back)."""
     if args.compare:
         with open(args.compare) as f:
             old = json.load(f)
@@ -324,20 +328,23 @@ def report_saved(args, data):
         import plots
         written = plots.write_plots(data, args.plot)
         print(f"\nwrote {len(written)} charts into {args.plot}")
+    if args.markdown:
+        import report
+        print(f"wrote {report.write_markdown(data, args.markdown)}")
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.cell:
-        print(json.dumps(run_cell(*json.loads(args.cell))))
-        return 0
     if args.from_json:
-        with open(args.from_json) as f:
-            data = json.load(f)
-        if not (args.plot or args.compare):
-            print("bench: --from-json needs --plot or --compare", file=sys.stderr)
+        if not (args.plot or args.compare or args.markdown):
+            print("bench: --from-json needs --plot, --compare or --markdown",
+                  file=sys.stderr)
             return 2
-        report_saved(args, data)
+        runs = []
+        for path in args.from_json:
+            with open(path) as f:
+                runs.append(json.load(f))
+        report_saved(args, merge_runs(runs))
         return 0
 
     facts = interpreter_facts()

@@ -11,6 +11,7 @@ prints one JSON line. bench.py drives both (``run_net_cell``).
 import collections
 import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -381,11 +382,17 @@ class CellFailed(Exception):
     """The backend could not serve the workload; the message says why."""
 
 
+_WARNING_LINE = re.compile(r"^\S+:\d+: \w*Warning: ")
+
+
 def failure_reason(text):
     """What a failed process's stderr says went wrong, in one line: the
     exception, and for one without a message the function that raised it
     (peers raise a bare NotImplementedError for what they lack)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    # Warnings printed at exit (a peer's coroutine never awaited) come
+    # after the traceback; they are not what failed.
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not _WARNING_LINE.match(line.strip())]
     if not lines:
         return ""
     if ": " in lines[-1]:

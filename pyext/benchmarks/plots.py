@@ -112,14 +112,16 @@ def _scaling_charts(plt, rows, folder):
     for workload in sorted({r["workload"] for r in rows}):
         mine = [r for r in rows if r["workload"] == workload]
         threads = sorted({r["threads"] for r in mine})
-        if len(threads) < 2:
-            continue
-        fig, ax = plt.subplots(figsize=(7.5, 4))
+        curves = {}
         for backend in _backends_in(mine):
             points = sorted((r["threads"], r["ratio"]) for r in mine
                             if r["backend"] == backend)
-            if len(points) < 2:
-                continue
+            if len(points) >= 2:  # A curve needs two thread counts.
+                curves[backend] = points
+        if not curves:
+            continue
+        fig, ax = plt.subplots(figsize=(7.5, 4))
+        for backend, points in curves.items():
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                     label=backend)
         ax.axhline(1.0, color="black", linewidth=0.8)

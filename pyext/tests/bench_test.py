@@ -37,13 +37,14 @@ def _peers_here():
 
 def test_quick_run_with_every_backend_has_every_cell(tmp_path):
     # --backends all: every cell is in the JSON, measured or FAIL with a
-    # reason; ours and stdlib's never fail.
+    # reason; ours and stdlib's never fail. (Both thread counts asked for:
+    # --quick alone runs the parallel backends at 2 only.)
     out_json = tmp_path / "bench.json"
     proc = subprocess.run(
         # The test build of the extension is not optimized: allowed here,
         # the numbers are not the point.
         [sys.executable, BENCH, "--quick", "--scale", "0.002", "--allow-unoptimized",
-         "--backends", "all", "--json", str(out_json)],
+         "--backends", "all", "--threads", "1", "2", "--json", str(out_json)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     header = next(line for line in proc.stdout.splitlines() if line.startswith("workload"))
@@ -106,6 +107,60 @@ def _replot_and_compare(saved, plot_dir):
     assert {"speed_cpu.png", "speed_network.png", "scaling_mixed.png",
             "latency_http_cpu.png"} <= names
     assert all((plot_dir / n).stat().st_size > 1000 for n in names)
+    _tabulate_merged(saved, plot_dir.parent)
+
+
+def _tabulate_merged(saved, folder):
+    # --markdown from two saved runs: the second's cells are merged in (one
+    # cell replaced, one added) and every cell has a line in the detail
+    # tables and a cell in the at-a-glance ones.
+    data = json.loads(saved.read_text())
+    replaced = dict(data["rows"][0], median=123.0, min=123.0, max=123.0,
+                    times=[123.0])
+    added = dict(data["rows"][0], threads=64, times=[1.0], median=1.0)
+    later = folder / "later.json"
+    later.write_text(json.dumps({"rows": [replaced, added], "net_rows": []}))
+    md = folder / "report.md"
+    proc = subprocess.run(
+        [sys.executable, BENCH, "--from-json", str(saved), str(later),
+         "--markdown", str(md)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = md.read_text()
+    detail = [line for line in text.splitlines()
+              if line.startswith("| ") and line.count("|") >= 8]
+    lines = {tuple(c.strip() for c in line.split("|")[1:4]) for line in detail}
+    for row in data["rows"] + data["net_rows"] + [added]:
+        assert (row["workload"], row["backend"], str(row["threads"])) in lines, row
+    first = data["rows"][0]
+    mine = [line for line in detail if line.split("|")[1:4] == [
+        f" {first['workload']} ", f" {first['backend']} ", f" {first['threads']} "]]
+    assert len(mine) == 1 and "123.000" in mine[0], mine
+    fails = sum(1 for r in data["rows"] + data["net_rows"] if r.get("error"))
+    assert text.count("| FAIL |") >= fails
+
+
+def test_a_failure_is_named_by_its_exception_not_by_a_warning_after_it():
+    # A peer's loop failing at close prints a RuntimeWarning at exit, after
+    # the traceback: the FAIL reason is the exception.
+    stderr = ("Traceback (most recent call last):\n"
+              '  File "rloop/loop.py", line 134, in close\n'
+              "RuntimeError: Cannot close a running event loop\n"
+              "<sys>:0: RuntimeWarning: coroutine 'RLoop.shutdown_asyncgens' "
+              "was never awaited\n")
+    assert net.failure_reason(stderr) == "RuntimeError: Cannot close a running event loop"
+    # An exception without a message is named with the function that raised it.
+    bare = ('Traceback (most recent call last):\n'
+            '  File "rloop/loop.py", line 9, in create_unix_connection\n'
+            "NotImplementedError\n")
+    assert net.failure_reason(bare) == "NotImplementedError (in create_unix_connection)"
+
+
+def test_quick_runs_parallel_backends_at_two_threads():
+    sys.path.insert(0, os.path.dirname(BENCH))
+    import bench
+    assert bench.parse_args(["--quick"]).threads == [2]
+    assert bench.parse_args(["--quick", "--threads", "1", "4"]).threads == [1, 4]
+    assert bench.parse_args([]).threads == [1, 2]
 
 
 def test_bad_arguments_are_refused():
