@@ -49,6 +49,27 @@ def interpreter_facts():
     return facts
 
 
+def cpu_times():
+    """The machine's (busy-or-idle total, stolen) CPU time in clock ticks
+    since boot, from /proc/stat; None where there is none. Steal is time a
+    hypervisor ran someone else on our virtual CPUs: on a shared VM it
+    widens every spread, and the report states it."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is in user).
+    return sum(fields[:8]), fields[7] if len(fields) > 7 else 0
+
+
+def steal_share(before, after):
+    """The share of CPU time stolen between two cpu_times() readings."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
 # Runs one cell in its process; imports only the backends and workloads.
 CELL_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cell.py")
 CELL_TIMEOUT_S = 600
@@ -313,6 +334,9 @@ def merge_runs(runs):
                 cells[_cell_key(row)] = row
         merged[key] = list(cells.values())
     merged["gil_stayed_off"] = all(run.get("gil_stayed_off", True) for run in runs)
+    stolen = [run["cpu_steal_share"] for run in runs
+              if run.get("cpu_steal_share") is not None]
+    merged["cpu_steal_share"] = max(stolen) if stolen else None  # The worst run's.
     return merged
 
 
@@ -378,6 +402,7 @@ def main(argv=None):
 
     rows = []
     gil_stayed_off = True
+    times_at_start = cpu_times()
     for workload in [w for w in args.workloads if w in workloads.WORKLOADS]:
         cells = [(backend, threads) for backend in args.backends
                  if backend in backends.BACKENDS
@@ -417,8 +442,13 @@ def main(argv=None):
         print(format_net_table(net_rows))
     if facts["free_threaded"]:
         print(f"\nGIL stayed disabled in every cell: {'yes' if gil_stayed_off else 'NO'}")
+    stolen = steal_share(times_at_start, cpu_times())
+    if stolen is not None:
+        print(f"CPU time stolen by the hypervisor during the run: {stolen:.1%} "
+              "(/proc/stat; above a few percent, expect wide spreads)")
     data = {"interpreter": facts, "args": vars(args), "rows": rows,
-            "net_rows": net_rows, "gil_stayed_off": gil_stayed_off}
+            "net_rows": net_rows, "gil_stayed_off": gil_stayed_off,
+            "cpu_steal_share": stolen, "cpus": os.cpu_count()}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=2)

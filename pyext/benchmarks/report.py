@@ -103,6 +103,9 @@ def markdown(data):
     """The report's tables for one run's JSON, as Markdown text."""
     rows, net_rows = data.get("rows", []), data.get("net_rows", [])
     parts = []
+    if data.get("cpu_steal_share") is not None:
+        parts.append("CPU time stolen by the hypervisor during the run "
+                     f"(the worst of the runs merged): {data['cpu_steal_share']:.1%}.")
     if rows:
         parts += ["Speed against stdlib asyncio, CPU and scheduling workloads "
                   "(above 1 is faster):", glance_table(rows)]

@@ -156,7 +156,6 @@ def test_a_failure_is_named_by_its_exception_not_by_a_warning_after_it():
 
 
 def test_quick_runs_parallel_backends_at_two_threads():
-    sys.path.insert(0, os.path.dirname(BENCH))
     import bench
     assert bench.parse_args(["--quick"]).threads == [2]
     assert bench.parse_args(["--quick", "--threads", "1", "4"]).threads == [1, 4]
