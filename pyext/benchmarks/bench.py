@@ -336,7 +336,8 @@ def merge_runs(runs):
     merged["gil_stayed_off"] = all(run.get("gil_stayed_off", True) for run in runs)
     stolen = [run["cpu_steal_share"] for run in runs
               if run.get("cpu_steal_share") is not None]
-    merged["cpu_steal_share"] = max(stolen) if stolen else None  # The worst run's.
+    # The worst run's; unknown if any run did not record it.
+    merged["cpu_steal_share"] = max(stolen) if len(stolen) == len(runs) else None
     return merged
 
 
