@@ -196,6 +196,14 @@ def parse_args(argv):
         args.threads = [2] if args.quick else [1, 2]
     if args.repeats < 1 or args.scale <= 0 or any(t < 1 for t in args.threads):
         p.error("--repeats, --scale and --threads must be positive")
+    # `bazel run` starts us in the runfiles tree; the user's paths are
+    # relative to where they typed the command.
+    where = os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd())
+    for name in ("json", "plot", "compare", "markdown"):
+        if getattr(args, name):
+            setattr(args, name, os.path.join(where, getattr(args, name)))
+    if args.from_json:
+        args.from_json = [os.path.join(where, path) for path in args.from_json]
     args.workloads = args.workloads or ALL_WORKLOADS
     if args.backends and "all" in args.backends:
         args.backends = list(ALL_BACKENDS)

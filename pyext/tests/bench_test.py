@@ -162,6 +162,18 @@ def test_quick_runs_parallel_backends_at_two_threads():
     assert bench.parse_args([]).threads == [1, 2]
 
 
+def test_paths_are_the_users_under_bazel_run(monkeypatch, tmp_path):
+    # `bazel run` starts the driver in its runfiles tree and says where the
+    # user was in BUILD_WORKING_DIRECTORY: relative paths mean that folder.
+    import bench
+    monkeypatch.setenv("BUILD_WORKING_DIRECTORY", str(tmp_path))
+    args = bench.parse_args(["--json", "out.json", "--plot", "charts",
+                             "--from-json", "a.json", "/abs/b.json"])
+    assert args.json == str(tmp_path / "out.json")
+    assert args.plot == str(tmp_path / "charts")
+    assert args.from_json == [str(tmp_path / "a.json"), "/abs/b.json"]
+
+
 def test_bad_arguments_are_refused():
     proc = subprocess.run([sys.executable, BENCH, "--threads", "0"],
                           capture_output=True, text=True, timeout=60)
