@@ -51,6 +51,9 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
     assert header.split()[:3] == ["workload", "backend", "threads"]
     data = json.loads(out_json.read_text())
     assert data["args"]["repeats"] == 1
+    # The hypervisor's steal over the run: a share, or None without /proc.
+    stolen = data["cpu_steal_share"]
+    assert stolen is None or 0 <= stolen < 1, stolen
     expected = {"asyncio", "asyncio-multiloop", "mt_asyncio", "mt_asyncio+watch",
                 *_peers_here()}
     rows = {(r["workload"], r["backend"], r["threads"]): r for r in data["rows"]}
