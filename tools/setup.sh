@@ -82,6 +82,12 @@ if [ "$free_threaded" = 1 ] && [ ! -x "$SEED_VENV/bin/python" ]; then
     rm -rf "$SEED_VENV"
   fi
 fi
+# The seed's db_http rows need the database driver in its venv too.
+if [ -x "$SEED_VENV/bin/python" ] && ! "$SEED_VENV/bin/python" -c "import asyncpg" 2>/dev/null; then
+  echo "setup: asyncpg into $SEED_VENV (the seed's db_http rows)"
+  "$SEED_VENV/bin/python" -m pip install -q --disable-pip-version-check asyncpg ||
+    echo "setup: note: could not install asyncpg for the seed; its db_http rows show FAIL"
+fi
 
 go=$(command -v go || true)
 [ -z "$go" ] && [ -x /usr/local/go/bin/go ] && go=/usr/local/go/bin/go

@@ -263,8 +263,6 @@ def run_net(args):
 def _net_workload_rows(args, workload, available):
     """One network workload's rows, every cell `--repeats` times in rotated order."""
     rows = []
-    if workload in net.DB_WORKLOADS:
-        available = [b for b in available if b in net.DB_BACKENDS]
     cells = [(b, t) for b in args.backends if b in available
              for t in ([1] if b in backends.SINGLE_THREADED else args.threads)]
     results, failed = run_rounds(

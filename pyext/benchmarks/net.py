@@ -37,8 +37,6 @@ HTTP_BURN = 5000  # CPU iterations per HTTP request (BENCHMARKS.md).
 # (pg_cluster.py from tests/libs, the database suite's private cluster).
 DB_WORKLOADS = {"db_http"}
 DB_ROWS = 10000
-# Backends that can run asyncpg: the seed's venv has no drivers.
-DB_BACKENDS = {"asyncio", "uvloop", "rloop", "asyncio-multiloop", "mt_asyncio"}
 _PG_CLUSTER_DIR = os.path.join(os.path.dirname(HERE), os.pardir, os.pardir,
                                "tests", "libs")
 
@@ -210,9 +208,14 @@ async def _fill_bench_table():
 
 def serve(backend, workload, threads):
     if workload in DB_WORKLOADS and backend == "mt_asyncio":
-        # asyncpg is an unmodified asyncio library: it runs under compat.
+        # asyncpg is an unmodified asyncio library: each parallel runtime
+        # runs it under its own compatibility layer, installed before
+        # asyncpg is imported.
         import mt_asyncio.compat
         mt_asyncio.compat.install()
+    elif workload in DB_WORKLOADS and backend == "seed":
+        import mt_asyncio.asyncio  # The seed's package, in its own venv.
+        mt_asyncio.asyncio.compat.install()
     ssl_ctx, cafile = _tls_contexts() if workload.startswith("tls") else (None, "")
     ready = threading.Event()
     port = [0]

@@ -75,8 +75,6 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
         if workload in net.DB_WORKLOADS and db_skipped:
             continue
         for backend in net.net_backends():
-            if workload in net.DB_WORKLOADS and backend not in net.DB_BACKENDS:
-                continue
             for threads in ([1] if backend in backends.SINGLE_THREADED else [1, 2]):
                 _measured_once(net_rows[(workload, backend, threads)], "values")
     assert "network (server in its own process" in proc.stdout
