@@ -28,15 +28,13 @@ import sys
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
+# The bench's own cell (one warm-up, one timed run) on one build.
 CHILD = r"""
-import json, sys, time
+import json, sys
 sys.path[:0] = [{build!r}, {bench!r}]
-import backends, workloads
-make = workloads.WORKLOADS[{workload!r}]
-backends.run_mt_asyncio(make({scale!r}), {threads})
-start = time.perf_counter()
-backends.run_mt_asyncio(make({scale!r}), {threads})
-print(json.dumps(time.perf_counter() - start))
+import cell
+result = cell.run_cell("mt_asyncio", {workload!r}, {threads}, {scale!r})
+print(json.dumps(result["time"]))
 """
 
 

@@ -67,6 +67,15 @@ def _save(plt, fig, ax, title, path):
     return path
 
 
+def _ratio_axes(ax, ticks, labels, ylabel, **label_style):
+    """A speed-ratio chart's axes: the 1.0 line (stdlib asyncio), the x
+    ticks and their labels, the y label."""
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(list(ticks))
+    ax.set_xticklabels(labels, **label_style)
+    ax.set_ylabel(ylabel)
+
+
 def _backends_in(rows):
     seen = []
     for r in rows:
@@ -98,10 +107,9 @@ def _speed_charts(plt, rows, folder):
                     xs.append(j + i * width - 0.4 + width / 2)
                     ys.append(best[(w, backend)]["ratio"])
             ax.bar(xs, ys, width, label=backend)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks(range(len(workloads)))
-        ax.set_xticklabels(workloads, rotation=20, ha="right")
-        ax.set_ylabel("speed vs stdlib asyncio (best thread count)")
+        _ratio_axes(ax, range(len(workloads)), workloads,
+                    "speed vs stdlib asyncio (best thread count)",
+                    rotation=20, ha="right")
         written.append(_save(plt, fig, ax, f"{family} workloads",
                              os.path.join(folder, f"speed_{family}.png")))
     return written
@@ -124,12 +132,10 @@ def _scaling_charts(plt, rows, folder):
         for backend, points in curves.items():
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                     label=backend)
-        ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(threads)
-        ax.set_xticklabels([str(t) for t in threads])
+        _ratio_axes(ax, threads, [str(t) for t in threads],
+                    "speed vs stdlib asyncio (1 thread)")
         ax.set_xlabel("threads")
-        ax.set_ylabel("speed vs stdlib asyncio (1 thread)")
         written.append(_save(plt, fig, ax, f"{workload}: thread scaling",
                              os.path.join(folder, f"scaling_{workload}.png")))
     return written
