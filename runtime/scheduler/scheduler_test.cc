@@ -64,23 +64,45 @@ TEST_P(SchedulerTest, UnitsSpawnedFromWorkersRunAndAreStolen) {
   ASSERT_TRUE(rt.Start().ok());
   constexpr int kChildren = 200;  // Fits the local ring: no overflow.
   std::atomic<int> done{0};
+  std::atomic<int> spawner{-1};
+  std::atomic<bool> spawner_saw_all{false};
   std::mutex mu;
   std::set<int> workers_used;
-  ASSERT_TRUE(rt.Spawn([&] {
-                  for (int i = 0; i < kChildren; ++i) {
-                    (void)rt.Spawn([&] {
-                      BusyFor(std::chrono::microseconds(50));
-                      {
-                        std::lock_guard<std::mutex> lock(mu);
-                        workers_used.insert(rt.scheduler().CurrentWorkerIndex());
-                      }
-                      done.fetch_add(1);
-                    });
-                  }
-                }).ok());
-  ASSERT_TRUE(Eventually([&] { return done.load() == kChildren; }));
-  // The children landed in one worker's local queue; the other stole.
-  EXPECT_EQ(workers_used.size(), 2u);
+  // The parent queues its children on its own worker's ring and then stays
+  // busy until they are done, so only stealing can run them. Timing does not
+  // decide the outcome (a parent that returned early could run every child
+  // itself on a loaded machine before the other worker woke up).
+  auto child = [&] {
+    BusyFor(std::chrono::microseconds(50));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      workers_used.insert(rt.scheduler().CurrentWorkerIndex());
+    }
+    done.fetch_add(1);
+  };
+  auto parent = [&] {
+    spawner.store(rt.scheduler().CurrentWorkerIndex());
+    for (int i = 0; i < kChildren; ++i) (void)rt.Spawn(child);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (done.load() < kChildren &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    spawner_saw_all.store(done.load() == kChildren);
+  };
+  ASSERT_TRUE(rt.Spawn(parent).ok());
+  // Longer than the parent's own deadline, so a failure never leaves it
+  // running on this frame's locals.
+  ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; },
+                         std::chrono::seconds(30)));
+  EXPECT_EQ(done.load(), kChildren);
+  EXPECT_TRUE(spawner_saw_all.load());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(workers_used.size(), 1u);
+    EXPECT_EQ(workers_used.count(spawner.load()), 0u);
+  }
   const auto snap = rt.Snapshot();
   std::uint64_t steals = 0, stolen_from = 0;
   for (const auto& w : snap.workers) {
