@@ -80,6 +80,10 @@ admin::RuntimeSnapshot Runtime::Snapshot() const {
     w.units_run = m->units_run.load(std::memory_order_relaxed);
     w.parks = m->parks.load(std::memory_order_relaxed);
     w.busy_ns = m->busy_ns.load(std::memory_order_relaxed);
+    const std::int64_t busy_since = m->busy_since_ns.load(std::memory_order_relaxed);
+    if (busy_since != 0 && now_ns > busy_since) {
+      w.busy_ns += static_cast<std::uint64_t>(now_ns - busy_since);
+    }
     w.steals = m->steals.load(std::memory_order_relaxed);
     w.stolen_units = m->stolen_units.load(std::memory_order_relaxed);
     w.stolen_from = m->stolen_from.load(std::memory_order_relaxed);

@@ -364,6 +364,34 @@ TEST(RuntimeTest, SnapshotReportsEveryPart) {
   rt.Shutdown();
 }
 
+// A worker that never parks (one long unit here) still shows the time it
+// has been busy: an operator's `mtctl workers` on a saturated service.
+TEST(RuntimeTest, SnapshotCountsTheBusyPeriodInProgress) {
+  Runtime rt(TestConfig(1));
+  ASSERT_TRUE(rt.Start().ok());
+  std::atomic<bool> release{false};
+  Notification running;
+  ASSERT_TRUE(rt.Spawn([&] {
+                  running.Notify();
+                  const auto deadline =
+                      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+                  while (!release.load() && std::chrono::steady_clock::now() < deadline) {
+                    std::this_thread::yield();
+                  }
+                }).ok());
+  ASSERT_TRUE(running.WaitFor(milliseconds(5000)));
+  std::this_thread::sleep_for(milliseconds(200));
+  const admin::RuntimeSnapshot first = rt.Snapshot();
+  std::this_thread::sleep_for(milliseconds(100));
+  const admin::RuntimeSnapshot second = rt.Snapshot();
+  release.store(true);
+  ASSERT_EQ(first.workers.size(), 1u);
+  EXPECT_GE(first.workers[0].busy_ns, 200'000'000u);
+  EXPECT_GE(second.workers[0].busy_ns, first.workers[0].busy_ns + 100'000'000u);
+  ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+  rt.Shutdown();
+}
+
 TEST(RuntimeTest, StartStopStress) {
   for (int i = 0; i < 50; ++i) {
     Runtime rt(TestConfig(1 + i % 3));

@@ -28,7 +28,10 @@ struct alignas(64) WorkerMetrics {
   std::atomic<std::uint64_t> parks{0};
   std::atomic<std::uint64_t> reactor_polls{0};
   std::atomic<std::uint64_t> overflows{0};  // Local queue spilled to injector.
-  std::atomic<std::uint64_t> busy_ns{0};
+  std::atomic<std::uint64_t> busy_ns{0};  // Busy periods that have ended.
+  // Start of the busy period in progress (steady-clock ns; 0 while parked):
+  // a worker that has not parked since it started still shows its time.
+  std::atomic<std::int64_t> busy_since_ns{0};
   // The unit running now (0: none), written by the worker around each run.
   std::atomic<std::uint64_t> current_task_id{0};
   // Since when it runs (steady-clock ns), estimated by the supervisor's

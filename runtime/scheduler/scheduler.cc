@@ -73,6 +73,7 @@ class Scheduler::Worker {
   task::Task* StealWork();
   void RunWithLifo(task::Task* task);
   void RunOne(task::Task* task);
+  void BeginBusyPeriod();
   void EndBusyPeriod();
   void LeaveSearching();
   void Park();
@@ -461,7 +462,7 @@ bool Scheduler::Worker::ShouldExit() const {
 }
 
 void Scheduler::Worker::Run() {
-  busy_since = NowNs();
+  BeginBusyPeriod();
   while (true) {
     if (scheduler->closed()) {
       DrainCancelled();
@@ -569,8 +570,16 @@ void Scheduler::Worker::RunOne(task::Task* task) {
   metrics::OwnerAdd(m.units_run, 1);
 }
 
+void Scheduler::Worker::BeginBusyPeriod() {
+  busy_since = NowNs();
+  slot->metrics.busy_since_ns.store(busy_since, std::memory_order_relaxed);
+}
+
 void Scheduler::Worker::EndBusyPeriod() {
   const std::int64_t now = NowNs();
+  // Cleared first: a snapshot in between undercounts this period for a
+  // moment rather than counting it twice.
+  slot->metrics.busy_since_ns.store(0, std::memory_order_relaxed);
   if (busy_since != 0) {
     metrics::OwnerAdd(slot->metrics.busy_ns,
                       static_cast<std::uint64_t>(now - busy_since));
@@ -657,7 +666,7 @@ void Scheduler::Worker::Park() {
   SetPhase(slot->metrics, searching ? metrics::WorkerPhase::kSearching
                                     : metrics::WorkerPhase::kActive);
   RunHook(scheduler->hooks_.after_unpark, index);
-  busy_since = NowNs();
+  BeginBusyPeriod();
 }
 
 void Scheduler::Worker::Retire() {
