@@ -8,10 +8,10 @@ repository holds:
   //:pybind11         cc_library with pybind11's headers from that interpreter
   //:toolchain        Python toolchain, so py_binary/py_test run on it
   //:defs.bzl         PYTHON_BIN, PYTHON_VERSION, FREE_THREADED, EXT_SUFFIX,
-                      PLAIN_WHEEL_TAG (the build's own platform) and
-                      WHEEL_TAG (the manylinux platform the repaired wheel
-                      is tagged with) for rules that build the extension
-                      and wheel
+                      PLAIN_WHEEL_TAG (the build's own platform),
+                      MANYLINUX_PLATFORM (this machine's glibc policy) and
+                      WHEEL_TAG (the repaired wheel's tag) for rules that
+                      build the extension and wheels
 """
 
 _PROBE = """
