@@ -27,6 +27,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -48,6 +49,10 @@ options:
                       default folder), or HOST:PORT (TLS); default
                       $MTCTL_TARGET, else the only process of this user
   --timeout SECONDS   deadline of each call (default 5)
+  --connect-timeout SECONDS
+                      wait up to this long for the target to start
+                      serving (its socket to appear, a connection to be
+                      accepted); default 0: fail at once if it is not there
   -o, --output FMT    table (default), wide (more columns) or json
   --json              same as -o json
   --tls-ca FILE       CA certificate for a HOST:PORT target
@@ -97,6 +102,7 @@ enum class Format { kTable, kWide, kJson };
 struct Options {
   std::string target;
   double timeout_seconds = 5;
+  double connect_timeout_seconds = 0;
   Format format = Format::kTable;
   std::string tls_ca;
   std::string tls_cert;
@@ -187,10 +193,17 @@ class Client {
         return UsageError("the --tls-* options and --token-file are for HOST:PORT targets");
       }
       const std::string path = target.substr(target.rfind("unix://", 0) == 0 ? 7 : 5);
+      // A process that is starting has no socket yet: with a connect
+      // timeout, wait for it rather than report it missing.
+      const auto give_up = std::chrono::steady_clock::now() +
+                           std::chrono::duration<double>(opts_.connect_timeout_seconds);
       struct stat st {};
-      if (stat(path.c_str(), &st) != 0) {
-        std::cerr << "mtctl: no control socket at " << path << "\n";
-        return kExitNotFound;
+      while (stat(path.c_str(), &st) != 0) {
+        if (std::chrono::steady_clock::now() >= give_up) {
+          std::cerr << "mtctl: no control socket at " << path << "\n";
+          return kExitNotFound;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
       creds = grpc::InsecureChannelCredentials();
     } else {
@@ -220,6 +233,15 @@ class Client {
     target_ = target;
     channel_ = grpc::CreateCustomChannel(target, creds, args);
     stub_ = v1::RuntimeControl::NewStub(channel_);
+    if (opts_.connect_timeout_seconds > 0 &&
+        !channel_->WaitForConnected(
+            std::chrono::system_clock::now() +
+            std::chrono::milliseconds(
+                static_cast<long long>(opts_.connect_timeout_seconds * 1000)))) {
+      std::cerr << "mtctl: " << target << " accepted no connection within "
+                << opts_.connect_timeout_seconds << " s\n";
+      return kExitFailed;
+    }
     return kExitOk;
   }
 
@@ -982,6 +1004,11 @@ int ParseGlobal(int argc, char** argv, Options* opts) {
       if (r < 0) return UsageError("--tls-server-name needs a value");
     } else if ((r = value(arg, "--token-file", &opts->token_file)) != 0) {
       if (r < 0) return UsageError("--token-file needs a value");
+    } else if ((r = value(arg, "--connect-timeout", &v)) != 0) {
+      if (r < 0 || !absl::SimpleAtod(v, &opts->connect_timeout_seconds) ||
+          !(opts->connect_timeout_seconds >= 0 && opts->connect_timeout_seconds <= 3600)) {
+        return UsageError("bad --connect-timeout '" + v + "'");
+      }
     } else if ((r = value(arg, "--timeout", &v)) != 0) {
       if (r < 0 || !absl::SimpleAtod(v, &opts->timeout_seconds) ||
           !(opts->timeout_seconds > 0 && opts->timeout_seconds <= 3600)) {

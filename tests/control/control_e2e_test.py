@@ -108,11 +108,46 @@ def test_stopped_server_gives_a_clean_error(served):
     assert proc.stderr.startswith("mtctl: no control socket at ")
 
 
+_LATE_SERVER = """
+import sys, time
+import mt_asyncio, mt_asyncio.control
+time.sleep(3)  # a process still starting up
+mt_asyncio.start_runtime(2)
+server = mt_asyncio.control.serve(sys.argv[1])
+sys.stdin.read()  # serve until the test closes our stdin
+server.close()
+"""
+
+
+def test_connect_timeout_waits_for_a_process_that_is_starting(socket_path):
+    child = subprocess.Popen([sys.executable, "-c", _LATE_SERVER, socket_path],
+                             stdin=subprocess.PIPE, text=True)
+    try:
+        # Without it, a socket that is not there yet is "not found" at once.
+        early = mtctl("--target", "unix://" + socket_path, "info", check=False)
+        assert early.returncode == 3, early.stderr
+        assert "no control socket" in early.stderr
+        late = mtctl("--target", "unix://" + socket_path, "--connect-timeout", "20",
+                     "info", "--json")
+        assert json.loads(late.stdout)["pid"] == child.pid
+    finally:
+        child.stdin.close()
+        assert child.wait(timeout=WAIT) == 0
+
+
+def test_connect_timeout_gives_up(socket_path):
+    proc = mtctl("--target", "unix://" + socket_path, "--connect-timeout", "0.3",
+                 "info", check=False)
+    assert proc.returncode == 3
+    assert proc.stderr.startswith("mtctl: no control socket at ")
+
+
 @pytest.mark.parametrize("args, message", [
     ((), "no command given"),
     (("info",), "no target"),
     (("--target", "unix:///x", "frobnicate"), "unknown command"),
     (("--target", "unix:///x", "--timeout", "soon", "info"), "bad --timeout"),
+    (("--target", "unix:///x", "--connect-timeout", "-1", "info"), "bad --connect-timeout"),
     (("--bogus",), "unknown option"),
 ])
 def test_bad_usage_exits_2(args, message):
