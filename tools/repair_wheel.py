@@ -1,7 +1,7 @@
 """Makes the plain wheel self-contained with auditwheel (//pyext:wheel).
 
 The plain wheel's extensions and mtctl link the build machine's Abseil,
-gRPC, protobuf, OpenSSL and BoringSSL by soname, so it imports only where
+gRPC, protobuf, re2, c-ares and OpenSSL by soname, so it imports only where
 the same packages are installed. `auditwheel repair` copies every library
 the manylinux policy does not allow into `mt_asyncio.libs/`, renames each
 with a hash of its contents (so a copy cannot clash with another one the

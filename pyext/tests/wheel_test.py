@@ -176,15 +176,22 @@ fi
 """
 
 # Run by the venv's interpreter after the README's steps: importing the
-# extensions maps the wheel's own copy of gRPC.
+# extensions maps the wheel's own copies of gRPC and OpenSSL, beside the
+# system OpenSSL the interpreter's ssl module loaded, and both work (the
+# renamed copies cannot clash).
 _MAPS_CHECK = r"""
-import sys
+import hashlib, ssl, sys
 import mt_asyncio.asyncio, mt_asyncio.control
 from mt_asyncio import _core, _control
+server = mt_asyncio.control.serve()
+ssl.create_default_context()
+assert hashlib.sha256(b"mt").hexdigest().startswith("fe7f7ccc")
 with open("/proc/self/maps") as f:
     mapped = {line.split()[-1] for line in f if ".so" in line.split()[-1]}
 ours = [p for p in mapped if p.startswith(sys.prefix + "/")]
 assert any("/mt_asyncio.libs/libgrpc-" in p for p in ours), sorted(mapped)
+assert any("/mt_asyncio.libs/libssl-" in p for p in ours), sorted(mapped)
+assert any(p.endswith("/libssl.so.3") for p in mapped if p not in ours), sorted(mapped)
 print("maps ok:", len(ours), "libraries from the wheel")
 """
 # How the dynamic linker resolves every ELF file the wheel installed.
