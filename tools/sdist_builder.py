@@ -30,7 +30,8 @@ def _shim(text):
 
 
 def archive_name(path, shims):
-    """Where a build input goes in the archive (None: not a source file)."""
+    """Where a build input goes in the archive; anything that is not a
+    source file of this project or its shims is refused."""
     if path.startswith("external/"):
         repo, _, rest = path[len("external/"):].partition("/")
         if repo not in shims:
