@@ -56,10 +56,6 @@ class Scheduler::Worker {
   // reactor poll (countdowns: no division on the hot path).
   std::uint32_t until_global = 0;
   std::uint32_t until_event = 0;
-  // Start of the current busy period (steady ns): busy time is measured
-  // between unparking and parking, not per unit, so running a unit costs
-  // no clock read.
-  std::int64_t busy_since = 0;
   std::uint32_t rng;
 
  private:
@@ -570,21 +566,22 @@ void Scheduler::Worker::RunOne(task::Task* task) {
   metrics::OwnerAdd(m.units_run, 1);
 }
 
+// Busy time is measured between unparking and parking, not per unit, so
+// running a unit costs no clock read. The period's start lives only in the
+// metrics (the worker is its one writer), where snapshots read it too.
 void Scheduler::Worker::BeginBusyPeriod() {
-  busy_since = NowNs();
-  slot->metrics.busy_since_ns.store(busy_since, std::memory_order_relaxed);
+  slot->metrics.busy_since_ns.store(NowNs(), std::memory_order_relaxed);
 }
 
 void Scheduler::Worker::EndBusyPeriod() {
-  const std::int64_t now = NowNs();
+  const std::int64_t since =
+      slot->metrics.busy_since_ns.load(std::memory_order_relaxed);
+  if (since == 0) return;
   // Cleared first: a snapshot in between undercounts this period for a
   // moment rather than counting it twice.
   slot->metrics.busy_since_ns.store(0, std::memory_order_relaxed);
-  if (busy_since != 0) {
-    metrics::OwnerAdd(slot->metrics.busy_ns,
-                      static_cast<std::uint64_t>(now - busy_since));
-  }
-  busy_since = 0;
+  metrics::OwnerAdd(slot->metrics.busy_ns,
+                    static_cast<std::uint64_t>(NowNs() - since));
 }
 
 void Scheduler::Worker::RunWithLifo(task::Task* task) {
