@@ -165,6 +165,11 @@ class Client {
 
   // Resolves the target and connects; an exit code on failure.
   int Connect() {
+    // One deadline for the whole wait: the socket appearing, then the
+    // connection being accepted.
+    const auto connect_deadline =
+        std::chrono::system_clock::now() +
+        std::chrono::milliseconds(static_cast<long long>(opts_.connect_timeout_seconds * 1000));
     std::string target = opts_.target;
     if (target.empty()) {
       std::vector<std::string> sockets = SocketsInDefaultDir();
@@ -195,11 +200,9 @@ class Client {
       const std::string path = target.substr(target.rfind("unix://", 0) == 0 ? 7 : 5);
       // A process that is starting has no socket yet: with a connect
       // timeout, wait for it rather than report it missing.
-      const auto give_up = std::chrono::steady_clock::now() +
-                           std::chrono::duration<double>(opts_.connect_timeout_seconds);
       struct stat st {};
       while (stat(path.c_str(), &st) != 0) {
-        if (std::chrono::steady_clock::now() >= give_up) {
+        if (std::chrono::system_clock::now() >= connect_deadline) {
           std::cerr << "mtctl: no control socket at " << path << "\n";
           return kExitNotFound;
         }
@@ -233,11 +236,7 @@ class Client {
     target_ = target;
     channel_ = grpc::CreateCustomChannel(target, creds, args);
     stub_ = v1::RuntimeControl::NewStub(channel_);
-    if (opts_.connect_timeout_seconds > 0 &&
-        !channel_->WaitForConnected(
-            std::chrono::system_clock::now() +
-            std::chrono::milliseconds(
-                static_cast<long long>(opts_.connect_timeout_seconds * 1000)))) {
+    if (opts_.connect_timeout_seconds > 0 && !channel_->WaitForConnected(connect_deadline)) {
       std::cerr << "mtctl: " << target << " accepted no connection within "
                 << opts_.connect_timeout_seconds << " s\n";
       return kExitFailed;
