@@ -142,3 +142,13 @@ def _start_control_from_env():
 
 
 _start_control_from_env()
+
+
+def __getattr__(name):
+    # `import mt_asyncio` then `mt_asyncio.compat.install()`, as the README
+    # writes it: the public submodules load on first use (importing them
+    # here would load all of asyncio for every `import mt_asyncio`).
+    if name in ("asyncio", "compat", "control"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,6 @@ The thread that calls run_forever() only waits; stop() wakes it.
 
 import asyncio as _asyncio
 import concurrent.futures
-import logging
 import sys
 import threading
 import weakref
@@ -30,7 +29,8 @@ from .unix_signals import SignalMethods
 
 __all__ = ["EventLoop", "new_event_loop"]
 
-logger = logging.getLogger("mt_asyncio")
+# asyncio's own logger, so logging configured for "asyncio" applies.
+from asyncio.log import logger
 
 # 3.14 renamed the internal check (the public one is deprecated there).
 _iscoroutinefunction = getattr(coroutines, "_iscoroutinefunction", None) or \
@@ -145,6 +145,7 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
             return
         self._remove_signal_handlers()
         self._close_core()
+        self.__dict__.pop("_fd_objects", None)  # Readers and writers are gone.
         self._reap_subprocesses()
         self._executor_shutdown_called = True
         executor = self._default_executor

@@ -38,6 +38,7 @@ class CallbackBatch final : public task::Task {
       PyErr_WriteUnraisable(loop_);
       return true;
     }
+    StopAfterCallback stop_after(loop_);
     for (Callback& cb : cbs_) {
       SlowCallbackCheck check(loop_);
       PyObject* res = CallInContext(cb.ctx, cb.fn, &fut_, 1);

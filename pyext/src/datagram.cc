@@ -207,9 +207,8 @@ void Endpoint::ReadSome() {
         Py_DECREF(exc);
         continue;
       }
-      if (IsFatalPyError(exc)) {
-        PyErr_SetRaisedException(exc);
-        PyErr_WriteUnraisable(transport_);
+      if (IsExitException(exc)) {
+        LoopRaiseInRunner(loop_, exc);
         return;
       }
       Fatal(exc, "Fatal read error on datagram transport");
@@ -294,7 +293,7 @@ PyObject* Datagram_sendto(PyObject* self, PyObject* const* args, Py_ssize_t narg
         Py_DECREF(exc);
         Py_RETURN_NONE;
       }
-      if (IsFatalPyError(exc)) {
+      if (IsExitException(exc)) {
         PyErr_SetRaisedException(exc);
         return nullptr;
       }

@@ -73,6 +73,7 @@ bool FdWatcher::Poll() {
     PyErr_WriteUnraisable(loop_);
     return true;
   }
+  StopAfterCallback stop_after(loop_);
   SlowCallbackCheck check(loop_);
   LoopRunHandle(loop_, handle_);
   check.Done(handle_);

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 
 #include "pyext/src/loop.h"
@@ -90,6 +91,7 @@ bool HandleUnit::Poll() {
     PyErr_WriteUnraisable(loop_);
     return true;
   }
+  StopAfterCallback stop_after(loop_);
   SlowCallbackCheck check(loop_);
   RunHandle(loop_, handle_);
   check.Done(handle_);
@@ -335,6 +337,20 @@ PyObject* ScheduleSoon(PyObject* loop, PyObject* callback, PyObject* args,
   return handle;
 }
 
+// The clock's time point for loop time `when`. Past what the clock can
+// hold (about 292 years of nanoseconds), inf included, it is "never",
+// as a deadline that far is in stdlib's heap: converting such a double
+// overflows, and the timer fired at once. NaN compares false with every
+// deadline in stdlib's run loop, so it runs at once there and here.
+Clock::time_point DeadlineFor(double when) {
+  using Seconds = std::chrono::duration<double>;
+  constexpr double kLatest =
+      std::chrono::duration_cast<Seconds>(Clock::duration::max()).count() * 0.999;
+  if (std::isnan(when) || when <= 0) return Clock::time_point();
+  if (when >= kLatest) return Clock::time_point::max();
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(Seconds(when)));
+}
+
 PyObject* ScheduleAt(PyObject* loop, double when, PyObject* callback,
                      PyObject* args, PyObject* context) {
   PyObject* handle = NewHandle(timer_handle_type, loop, callback, args, context);
@@ -343,8 +359,7 @@ PyObject* ScheduleAt(PyObject* loop, double when, PyObject* callback,
   h->when = when;
   h->entry = new runtime::time::TimerEntry();
   auto* unit = new HandleUnit(loop, handle);
-  const auto deadline = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(when)));
+  const Clock::time_point deadline = DeadlineFor(when);
   unit->set_executor(LoopExecutor(loop));
   // The fired timer wakes the unit; Poll defers it if the loop is stopped.
   StateOf(loop)->runtime->driver().timers().Arm(h->entry, deadline, unit);

@@ -267,7 +267,7 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
     unit->Wake();
     unit->Unref();
   }
-  PyObject* error = nullptr;
+  PyObject* error = nullptr;  // Set only with the loop's mutex held.
   std::vector<PyObject*> calls;
   while (true) {
     bool stop = false;
@@ -277,14 +277,16 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
       // the GIL (GIL builds) may be waiting for it in stop().
       std::unique_lock<std::mutex> lock(st->mu);
       st->cv.wait_for(lock, std::chrono::milliseconds(50), [st] {
-        return st->stop_requested || !st->runner_calls.empty();
+        return st->stop_requested || st->runner_exc != nullptr ||
+               !st->runner_calls.empty();
       });
       stop = st->stop_requested;
+      error = std::exchange(st->runner_exc, nullptr);
       calls.swap(st->runner_calls);
     }
     Py_END_ALLOW_THREADS;
     RunRunnerCalls(calls);
-    if (stop) break;
+    if (error != nullptr || stop) break;
     if (PyErr_CheckSignals() < 0) {
       error = PyErr_GetRaisedException();
       break;
@@ -331,19 +333,38 @@ PyObject* Loop_call_in_runner(PyObject* self, PyObject* fn) {
   Py_RETURN_NONE;
 }
 
-PyObject* Loop_stop(PyObject* self, PyObject*) {
-  LoopState* st = StateOf(self);
+void RaiseInRunner(LoopState* st, PyObject* exc) {
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->runner_exc == nullptr) {
+      st->runner_exc = exc;
+      exc = nullptr;
+    }
+  }
+  st->cv.notify_all();
+  // A second one while the first is still on its way: stdlib would have
+  // stopped at the first, so this one is not raised either. (Callers are
+  // attached threads.)
+  Py_XDECREF(exc);
+}
+
+void RequestStop(LoopState* st) {
   {
     std::lock_guard<std::mutex> lock(st->mu);
     st->stop_requested = true;
   }
   st->cv.notify_all();
+}
+
+PyObject* Loop_stop(PyObject* self, PyObject*) {
+  if (!StopAfterCallback::Defer(self)) RequestStop(StateOf(self));
   Py_RETURN_NONE;
 }
 
 PyObject* Loop_close_core(PyObject* self, PyObject*) {
   LoopState* st = StateOf(self);
   std::vector<task::Task*> dropped;
+  PyObject* unraised = nullptr;
   {
     std::lock_guard<std::mutex> lock(st->mu);
     if (st->running) {
@@ -353,7 +374,9 @@ PyObject* Loop_close_core(PyObject* self, PyObject*) {
     st->closed = true;
     st->closed_flag.store(true, std::memory_order_release);
     dropped.swap(st->deferred);
+    unraised = std::exchange(st->runner_exc, nullptr);
   }
+  Py_XDECREF(unraised);
   // Work that never got to run: its cancel path releases what it holds.
   for (task::Task* unit : dropped) {
     unit->Cancel();
@@ -409,6 +432,7 @@ void Loop_dealloc(PyObject* self) {
   Py_CLEAR(loop->task_factory);
   if (loop->st != nullptr) {
     // Deferred units hold a reference to this loop, so none is left here.
+    Py_XDECREF(loop->st->runner_exc);
     delete loop->st;
     loop->st = nullptr;
   }
@@ -542,9 +566,23 @@ bool IsLoop(PyObject* obj) {
 
 runtime::Runtime& LoopRuntime(PyObject* loop) { return *StateOf(loop)->runtime; }
 
+namespace {
+// The loop whose unit this worker polls now (set as each poll enters its
+// loop); nullptr on threads that are not workers. Identity only.
+thread_local PyObject* worker_running_loop = nullptr;
+
+// Whether the calling thread is a worker running another loop's unit:
+// what it schedules for `loop` is foreign to it (see kRemote).
+bool ForeignToThisWorker(PyObject* loop) {
+  return worker_running_loop != nullptr && worker_running_loop != loop;
+}
+}  // namespace
+
 task::Executor* LoopExecutor(PyObject* loop) {
   auto* strand = runtime::scheduler::Strand::Current();
-  if (strand != nullptr && strand->inherits()) return strand;
+  // A connection's strand is its own loop's: another loop's work made in
+  // one of its callbacks is not serialized with it.
+  if (strand != nullptr && strand->inherits() && !ForeignToThisWorker(loop)) return strand;
   return StateOf(loop)->runtime->executor();
 }
 
@@ -563,7 +601,11 @@ void LoopWake(PyObject* loop, task::Task* unit) {
       return;
     }
   }
-  unit->Wake();
+  // call_soon_threadsafe (run_coroutine_threadsafe) from a step of another
+  // loop, whose caller may then block on the outcome: not this worker's
+  // own queue, which it would not get back to.
+  unit->Wake(ForeignToThisWorker(loop) ? task::ScheduleKind::kRemote
+                                       : task::ScheduleKind::kWake);
 }
 
 bool LoopDeferIfStopped(PyObject* loop, task::Task* unit) {
@@ -583,8 +625,28 @@ bool LoopDeferIfStopped(PyObject* loop, task::Task* unit) {
 }
 
 namespace {
-thread_local PyObject* worker_running_loop = nullptr;  // Identity only.
+thread_local StopAfterCallback* innermost_callback = nullptr;
 }  // namespace
+
+StopAfterCallback::StopAfterCallback(PyObject* loop)
+    : loop_(loop), outer_(innermost_callback) {
+  innermost_callback = this;
+}
+
+StopAfterCallback::~StopAfterCallback() {
+  innermost_callback = outer_;
+  if (stop_requested_) loop_internal::RequestStop(StateOf(loop_));
+}
+
+bool StopAfterCallback::Defer(PyObject* loop) {
+  for (StopAfterCallback* s = innermost_callback; s != nullptr; s = s->outer_) {
+    if (s->loop_ == loop) {
+      s->stop_requested_ = true;
+      return true;
+    }
+  }
+  return false;
+}
 
 SlowCallbackCheck::SlowCallbackCheck(PyObject* loop) : loop_(loop) {
   if (StateOf(loop)->debug.load(std::memory_order_relaxed)) {
@@ -682,10 +744,23 @@ int LoopEnterOnWorker(PyObject* loop) {
   return 0;
 }
 
+bool IsExitException(PyObject* exc) {
+  return exc != nullptr && (PyErr_GivenExceptionMatches(exc, PyExc_SystemExit) ||
+                            PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt));
+}
+
+void LoopRaiseInRunner(PyObject* loop, PyObject* exc) {
+  loop_internal::RaiseInRunner(StateOf(loop), exc);
+}
+
 void LoopReportException(PyObject* loop, const char* message_prefix,
                          PyObject* what, PyObject* extra_key,
                          PyObject* extra_value) {
   PyObject* exc = PyErr_GetRaisedException();
+  if (IsExitException(exc)) {
+    LoopRaiseInRunner(loop, exc);
+    return;
+  }
   PyObject* context = PyDict_New();
   PyObject* message =
       PyUnicode_FromFormat("%s%R", message_prefix, what != nullptr ? what : Py_None);
@@ -700,7 +775,14 @@ void LoopReportException(PyObject* loop, const char* message_prefix,
     PyObject* res = PyObject_CallMethodOneArg(loop, str_call_exception_handler,
                                               context);
     if (res == nullptr) {
-      PyErr_WriteUnraisable(loop);
+      // A handler that raises SystemExit stops the loop, as in stdlib.
+      PyObject* handler_exc = PyErr_GetRaisedException();
+      if (IsExitException(handler_exc)) {
+        LoopRaiseInRunner(loop, handler_exc);
+      } else {
+        PyErr_SetRaisedException(handler_exc);
+        PyErr_WriteUnraisable(loop);
+      }
     } else {
       Py_DECREF(res);
     }

@@ -116,6 +116,27 @@ class SlowCallbackCheck {
   std::int64_t start_ns_ = -1;  // -1: not in debug mode.
 };
 
+// Marks a callback or step of `loop` running on this thread: a stop()
+// it calls takes effect when the scope ends, after the callback returned
+// and any error it raised was reported, as stdlib's stop() only sets a
+// flag its run loop reads once the callback is done. Scopes nest.
+class StopAfterCallback {
+ public:
+  explicit StopAfterCallback(PyObject* loop);
+  ~StopAfterCallback();
+  StopAfterCallback(const StopAfterCallback&) = delete;
+  StopAfterCallback& operator=(const StopAfterCallback&) = delete;
+
+  // stop() for `loop`: true if a scope of this thread took it (to carry
+  // out when it ends).
+  static bool Defer(PyObject* loop);
+
+ private:
+  PyObject* const loop_;  // Borrowed: the unit running holds it.
+  StopAfterCallback* const outer_;
+  bool stop_requested_ = false;
+};
+
 // True if this thread is one of `loop`'s workers inside a step or callback.
 bool LoopRunsOnThisThread(PyObject* loop);
 // Whether this thread is the only worker of the runtime that runs `loop`
@@ -160,9 +181,19 @@ void LoopCancelHandle(PyObject* handle);
 
 // Reports an exception from a callback or step to the loop's exception
 // handler; consumes the current error. `what` names the failed object.
+// A SystemExit or KeyboardInterrupt is not reported: it goes to
+// LoopRaiseInRunner.
 void LoopReportException(PyObject* loop, const char* message_prefix,
                          PyObject* what, PyObject* extra_key,
                          PyObject* extra_value);
+
+// True for SystemExit and KeyboardInterrupt: what stdlib's loop never
+// swallows into an error report.
+bool IsExitException(PyObject* exc);
+// Hands `exc` (a SystemExit or KeyboardInterrupt; consumed) to the thread
+// in run_forever(), which raises it and so stops the loop, as stdlib's
+// run_forever lets these escape. Raised at the next run when none runs.
+void LoopRaiseInRunner(PyObject* loop, PyObject* exc);
 
 }  // namespace mt::pyext
 

@@ -60,6 +60,11 @@ struct LoopState {
   // the main thread may do: signal.signal, set_wakeup_fd). Guarded by mu;
   // one reference each.
   std::vector<PyObject*> runner_calls;
+  // A SystemExit or KeyboardInterrupt a callback or step raised, for the
+  // thread in run_forever() to raise (stdlib lets these escape
+  // run_forever; a worker has no caller to raise into). The first one
+  // wins until it is raised. Guarded by mu; strong.
+  PyObject* runner_exc = nullptr;
   std::atomic<bool> running_flag{false};
   // Debug mode: callbacks are checked when scheduled (stdlib does the same
   // only in debug mode; otherwise a bad callback fails when it runs).

@@ -116,11 +116,16 @@ class TaskUnit final : public rt_task::Task {
       PyErr_WriteUnraisable(loop_);
       return false;
     }
-    SlowCallbackCheck check(loop_);
-    const std::uint64_t start = runtime::metrics::CycleClock::Now();
-    const bool done = StepTask(task_);
-    CountStep(runtime::metrics::CycleClock::Now() - start);
-    check.Done(task_);
+    bool done;
+    {
+      // Ends before the task is dropped: loop_ is borrowed from it.
+      StopAfterCallback stop_after(loop_);
+      SlowCallbackCheck check(loop_);
+      const std::uint64_t start = runtime::metrics::CycleClock::Now();
+      done = StepTask(task_);
+      CountStep(runtime::metrics::CycleClock::Now() - start);
+      check.Done(task_);
+    }
     if (!done) return false;
     PyObject* task = std::exchange(task_, nullptr);
     LoopUnregisterTask(loop_, &AsTask(task)->registry_link);
@@ -180,14 +185,13 @@ class TaskUnit final : public rt_task::Task {
   std::atomic<int> last_worker_{-1};
 };
 
+// The awaited future is done. As in stdlib, _fut_waiter keeps it until
+// the step it wakes begins (StepTask clears it): libraries read it to
+// tell a task about to resume with a result from one still waiting —
+// anyio does not cancel the former, so the item it received is not lost —
+// and a cancel() meanwhile finds the waiter done and sets _must_cancel.
 void WakeTask(PyObject* self) {
-  TaskObject* t = AsTask(self);
-  PyObject* old_waiter;
-  Py_BEGIN_CRITICAL_SECTION(self);
-  old_waiter = std::exchange(t->fut_waiter, nullptr);
-  Py_END_CRITICAL_SECTION();
-  Py_XDECREF(old_waiter);
-  t->unit->Wake(rt_task::ScheduleKind::kWake);
+  AsTask(self)->unit->Wake(rt_task::ScheduleKind::kWake);
 }
 
 // Schedules the next step with `exc` to throw (steals the reference).
@@ -283,7 +287,12 @@ void HandleYield(PyObject* self, PyObject* result) {
         reinterpret_cast<FutureObject*>(result)->blocking = false;
         Py_END_CRITICAL_SECTION();
         const int rc = FutureAddWaker(reinterpret_cast<FutureObject*>(result), self);
-        if (rc == 1) {  // Done already: just continue.
+        if (rc == 1) {
+          // Done already: just continue. stdlib's step has it in
+          // _fut_waiter until then too.
+          Py_BEGIN_CRITICAL_SECTION(self);
+          Py_XSETREF(t->fut_waiter, Py_NewRef(result));
+          Py_END_CRITICAL_SECTION();
           t->unit->Wake(rt_task::ScheduleKind::kYield);
           return;
         }
@@ -485,14 +494,9 @@ bool StepTask(PyObject* self) {
       Py_XDECREF(args);
     } else {
       if (FutureSetException(&t->base, step_error) < 0) PyErr_WriteUnraisable(self);
-      if (PyErr_GivenExceptionMatches(step_error, PyExc_KeyboardInterrupt) ||
-          PyErr_GivenExceptionMatches(step_error, PyExc_SystemExit)) {
-        // stdlib re-raises these out of run_forever; a worker has no caller
-        // to raise into, so the loop's exception handler hears of it.
-        PyErr_SetRaisedException(Py_NewRef(step_error));
-        LoopReportException(loop, "Unhandled exception in task ", self, nullptr,
-                            nullptr);
-      }
+      // stdlib's step re-raises these out of run_forever, after setting
+      // them on the task; here the thread in run_forever raises them.
+      if (IsExitException(step_error)) LoopRaiseInRunner(loop, Py_NewRef(step_error));
     }
     Py_DECREF(step_error);
     return true;

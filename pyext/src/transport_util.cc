@@ -60,11 +60,6 @@ void ReportToLoop(PyObject* loop, const char* message, PyObject* exc,
   PyErr_SetRaisedException(saved);
 }
 
-bool IsFatalPyError(PyObject* exc) {
-  return PyErr_GivenExceptionMatches(exc, PyExc_SystemExit) ||
-         PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt);
-}
-
 PyObject* OsErrorFromErrno(int err) {
   PyObject* args = Py_BuildValue("(is)", err, std::strerror(err));
   if (args == nullptr) return nullptr;

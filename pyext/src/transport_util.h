@@ -40,8 +40,6 @@ int Init();
 // clears any error it raises. Consumes `exc` (may be nullptr).
 void ReportToLoop(PyObject* loop, const char* message, PyObject* exc,
                   std::initializer_list<std::pair<const char*, PyObject*>> extra);
-// SystemExit and KeyboardInterrupt: never swallowed into a transport error.
-bool IsFatalPyError(PyObject* exc);
 // An OSError for `err` (new reference), or nullptr with an error set.
 PyObject* OsErrorFromErrno(int err);
 // loop.get_debug(), false if it fails.
