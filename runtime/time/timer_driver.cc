@@ -16,8 +16,11 @@ TimerDriver::~TimerDriver() { Shutdown(); }
 
 std::uint64_t TimerDriver::TickCeil(Clock::time_point t) const {
   if (t <= start_) return 0;
+  // The clock's latest time point means "never" (a deadline of inf).
+  if (t == Clock::time_point::max()) return std::numeric_limits<std::uint64_t>::max();
   const auto ns = std::chrono::duration_cast<nanoseconds>(t - start_).count();
-  return static_cast<std::uint64_t>((ns + kTickNs - 1) / kTickNs);
+  // Not (ns + kTickNs - 1) / kTickNs: near the clock's end that overflows.
+  return static_cast<std::uint64_t>(ns / kTickNs + (ns % kTickNs != 0 ? 1 : 0));
 }
 
 std::uint64_t TimerDriver::TickFloor(Clock::time_point t) const {

@@ -46,6 +46,35 @@ TEST(TimerDriverTest, FiresOnlyOnceDue) {
   EXPECT_EQ(f.destroyed.load(), 1);
 }
 
+// Deadlines at and near the clock's end (a delay of inf or 1e10 s from
+// Python) stay armed: they neither fire nor hold up a timer armed after
+// them, and the driver sleeps until the near one.
+TEST(TimerDriverTest, FarDeadlinesNeverFireEarly) {
+  Fixture f;
+  TimerEntry never, far, soon;
+  CountingTask* t1 = f.NewTask();
+  CountingTask* t2 = f.NewTask();
+  CountingTask* t3 = f.NewTask();
+  const auto now = Clock::now();
+  f.timers.Arm(&never, Clock::time_point::max(), t1);
+  f.timers.Arm(&far, Clock::time_point::max() - std::chrono::hours(1), t2);
+  f.timers.Arm(&soon, now + milliseconds(20), t3);
+  EXPECT_EQ(f.executor.size(), 0u);
+  const auto sleep = f.timers.PrepareToSleep(now);
+  ASSERT_TRUE(sleep.has_value());
+  EXPECT_LE(*sleep, milliseconds(21));
+  f.timers.AwakeFromSleep();
+  EXPECT_EQ(f.timers.ProcessExpired(now + milliseconds(25)), 1u);
+  // Hundreds of years on: neither far one is due yet.
+  EXPECT_EQ(f.timers.ProcessExpired(now + std::chrono::hours(24 * 365 * 200)), 0u);
+  EXPECT_EQ(f.timers.pending(), 2u);
+  EXPECT_TRUE(f.timers.Cancel(&never));
+  EXPECT_TRUE(f.timers.Cancel(&far));
+  f.executor.RunAll();
+  for (CountingTask* t : {t1, t2, t3}) t->Unref();
+  EXPECT_EQ(f.destroyed.load(), 3);
+}
+
 TEST(TimerDriverTest, CancelDisarmsAndReleasesReference) {
   Fixture f;
   TimerEntry e;

@@ -15,18 +15,21 @@ int Wheel::LevelFor(std::uint64_t elapsed, std::uint64_t deadline) {
 
 bool Wheel::Insert(TimerEntry* entry, std::uint64_t deadline_tick) {
   if (deadline_tick <= elapsed_) return false;
-  if (deadline_tick - elapsed_ > kMaxDuration) {
-    deadline_tick = elapsed_ + kMaxDuration;
-  }
   entry->deadline_tick_ = deadline_tick;
-  Link(entry, LevelFor(elapsed_, deadline_tick));
+  Link(entry);
   ++size_;
   return true;
 }
 
-void Wheel::Link(TimerEntry* entry, int level) {
+void Wheel::Link(TimerEntry* entry) {
+  // Within the horizon the filing tick lies at most 63 top-level slots
+  // ahead of now's, so the slot below is never now's own (see wheel.h).
+  const std::uint64_t filed_at =
+      entry->deadline_tick_ - elapsed_ > kHorizon ? elapsed_ + kHorizon
+                                                  : entry->deadline_tick_;
+  const int level = LevelFor(elapsed_, filed_at);
   const auto slot = static_cast<std::uint8_t>(
-      (entry->deadline_tick_ >> (level * kSlotBits)) & (kSlots - 1));
+      (filed_at >> (level * kSlotBits)) & (kSlots - 1));
   Slot& s = levels_[level].slots[slot];
   entry->level_ = static_cast<std::int8_t>(level);
   entry->slot_ = slot;
@@ -97,8 +100,9 @@ void Wheel::ProcessSlot(int level, std::uint64_t slot_start,
       --size_;
       expired.push_back(entry);
     } else {
-      // Still in the future: re-file it on a lower level.
-      Link(entry, LevelFor(elapsed_, entry->deadline_tick_));
+      // Still in the future: re-file it on a lower level (or, past the
+      // horizon, at the new horizon).
+      Link(entry);
     }
     entry = next;
   }

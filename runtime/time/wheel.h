@@ -12,11 +12,19 @@
 namespace mt::runtime::time {
 
 // A hierarchical timing wheel: seven levels of 64 slots, so level L slots
-// span 64^L ticks and the wheel reaches 64^7 ticks (at TimerDriver's
-// 100 us tick, about 14 years; later deadlines are clamped). An entry sits in the level given by
-// the highest bit in which its deadline differs from "now", so insert and
-// cancel are O(1); when time reaches a higher-level slot its entries
-// cascade down a level until they land in level 0 and fire.
+// span 64^L ticks. An entry sits in the level given by the highest bit in
+// which its deadline differs from "now", so insert and cancel are O(1);
+// when time reaches a higher-level slot its entries cascade down a level
+// until they land in level 0 and fire.
+//
+// The wheel reaches kHorizon ticks ahead (at TimerDriver's 100 us tick,
+// about 13.7 years). A later deadline (up to "never", UINT64_MAX) is kept
+// as it is but filed at the horizon; when time gets there the entry is
+// filed again, so it fires at its own deadline and never early. The
+// horizon is one top-level slot short of a whole turn of the top level:
+// an entry filed there can never land in the slot "now" is in, which the
+// wheel would take for a slot already due (it would fire such an entry at
+// once, or re-file it in the same slot forever).
 //
 // Not thread-safe: TimerDriver guards it with a mutex.
 class Wheel {
@@ -24,8 +32,9 @@ class Wheel {
   static constexpr int kLevels = 7;
   static constexpr int kSlotBits = 6;
   static constexpr std::uint64_t kSlots = 1u << kSlotBits;
-  static constexpr std::uint64_t kMaxDuration =
-      (std::uint64_t{1} << (kSlotBits * kLevels)) - 1;
+  static constexpr std::uint64_t kHorizon =
+      (std::uint64_t{1} << (kSlotBits * kLevels)) -
+      (std::uint64_t{1} << (kSlotBits * (kLevels - 1)));
 
   Wheel() = default;
   Wheel(const Wheel&) = delete;
@@ -61,7 +70,8 @@ class Wheel {
   };
 
   static int LevelFor(std::uint64_t elapsed, std::uint64_t deadline);
-  void Link(TimerEntry* entry, int level);
+  // Files `entry` for its deadline, or at the horizon if that is later.
+  void Link(TimerEntry* entry);
   // The tick at which `level`'s next occupied slot starts, if any.
   std::optional<std::uint64_t> NextExpirationAt(int level) const;
   void ProcessSlot(int level, std::uint64_t slot_start,

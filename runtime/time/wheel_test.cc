@@ -73,11 +73,74 @@ TEST(WheelTest, CascadesFromHigherLevels) {
   EXPECT_EQ(out[2], &far);
 }
 
-TEST(WheelTest, FarDeadlinesAreClamped) {
+// Advances the way the driver does, from one expiration to the next,
+// until `e` fires; returns the tick it fired at (0: not by `limit`).
+std::uint64_t AdvanceUntilFired(Wheel& wheel, TimerEntry* e, std::uint64_t limit) {
+  std::vector<TimerEntry*> out;
+  for (int wakeups = 0; wakeups < 10'000; ++wakeups) {
+    const auto next = wheel.NextExpiration();
+    if (!next || *next > limit) return 0;
+    // The driver never wakes for a slot already behind it.
+    EXPECT_GE(*next, wheel.elapsed());
+    out.clear();
+    wheel.Advance(*next, out);
+    if (std::find(out.begin(), out.end(), e) != out.end()) return *next;
+  }
+  ADD_FAILURE() << "the wheel kept waking without progress";
+  return 0;
+}
+
+// Deadlines past the horizon are kept, not clamped, and fire exactly when
+// due, whatever "now" is within the top level's turn (the old clamp filed
+// an entry one whole turn ahead into now's own top-level slot: it fired at
+// once, or was re-filed there forever and stalled every later timer).
+TEST(WheelTest, DeadlinesPastTheHorizonFireOnTime) {
+  const std::uint64_t top_slot = std::uint64_t{1} << (Wheel::kSlotBits * (Wheel::kLevels - 1));
+  const std::uint64_t turn = top_slot << Wheel::kSlotBits;
+  for (std::uint64_t start : {std::uint64_t{0}, std::uint64_t{1}, top_slot - 1, top_slot,
+                              turn - top_slot + 3, turn - 1, 5 * turn + 12345}) {
+    for (std::uint64_t delay : {Wheel::kHorizon, Wheel::kHorizon + 1, turn - 1, turn,
+                                turn + 1, 3 * turn + 77}) {
+      Wheel wheel;
+      std::vector<TimerEntry*> out;
+      wheel.Advance(start, out);
+      TimerEntry far, near;
+      ASSERT_TRUE(wheel.Insert(&far, start + delay));
+      ASSERT_TRUE(wheel.Insert(&near, start + 10));
+      EXPECT_EQ(far.deadline_tick(), start + delay);
+      // A near timer armed beside it still fires on time.
+      EXPECT_EQ(AdvanceUntilFired(wheel, &near, start + 10), start + 10)
+          << "start " << start << " delay " << delay;
+      EXPECT_EQ(AdvanceUntilFired(wheel, &far, ~std::uint64_t{0}), start + delay)
+          << "start " << start << " delay " << delay;
+      EXPECT_EQ(wheel.size(), 0u);
+    }
+  }
+}
+
+// A deadline of "never" stays armed across many horizons and never makes
+// the wheel spin: each wakeup moves time a horizon on.
+TEST(WheelTest, NeverDeadlineStaysArmed) {
   Wheel wheel;
-  TimerEntry e;
-  ASSERT_TRUE(wheel.Insert(&e, ~std::uint64_t{0} - 5));
-  EXPECT_EQ(e.deadline_tick(), Wheel::kMaxDuration);
+  TimerEntry never, soon;
+  ASSERT_TRUE(wheel.Insert(&never, ~std::uint64_t{0}));
+  std::vector<TimerEntry*> out;
+  std::uint64_t last = 0;
+  for (int turn = 0; turn < 50; ++turn) {
+    const auto next = wheel.NextExpiration();
+    ASSERT_TRUE(next.has_value());
+    ASSERT_GT(*next, last);
+    last = *next;
+    wheel.Advance(*next, out);
+    ASSERT_TRUE(out.empty()) << "fired at " << *next;
+    ASSERT_EQ(wheel.size(), 1u);
+    // Timers armed after it are not held up by it.
+    const std::uint64_t soon_at = wheel.elapsed() + 3;
+    ASSERT_TRUE(wheel.Insert(&soon, soon_at));
+    EXPECT_EQ(AdvanceUntilFired(wheel, &soon, soon_at), soon_at);
+    out.clear();
+  }
+  EXPECT_GT(wheel.elapsed(), 40 * Wheel::kHorizon);
 }
 
 // Random inserts, removes and advances against a brute-force model: every
@@ -96,8 +159,9 @@ TEST(WheelTest, MatchesModelUnderRandomOperations) {
     TimerEntry* e = entries[rng() % kEntries].get();
     if (op < 5) {
       if (armed.count(e)) continue;
-      // Mostly near deadlines, some far ones across every level.
-      const std::uint64_t span = (rng() % 4 == 0) ? (1ull << (rng() % 30)) : 200;
+      // Mostly near deadlines, some far ones across every level and
+      // past the horizon.
+      const std::uint64_t span = (rng() % 4 == 0) ? (1ull << (rng() % 48)) : 200;
       const std::uint64_t deadline = now + 1 + rng() % span;
       ASSERT_TRUE(wheel.Insert(e, deadline));
       armed[e] = deadline;
@@ -106,7 +170,8 @@ TEST(WheelTest, MatchesModelUnderRandomOperations) {
       wheel.Remove(e);
       armed.erase(e);
     } else {
-      now += rng() % ((rng() % 8 == 0) ? 100000 : 50);
+      const int jump = static_cast<int>(rng() % 16);
+      now += rng() % (jump == 0 ? (1ull << 44) : jump < 3 ? 100000 : 50);
       out.clear();
       wheel.Advance(now, out);
       std::set<TimerEntry*> fired(out.begin(), out.end());
