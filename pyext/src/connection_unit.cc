@@ -13,21 +13,59 @@ namespace mt::pyext::transport {
 
 using runtime::scheduler::Strand;
 
+namespace {
+
+// The rest of a scope runs inside `ctx`, when it can be entered (it
+// cannot while another thread is in it; then the thread's own is used).
+class EnteredContext {
+ public:
+  explicit EnteredContext(PyObject* ctx) {
+    if (ctx == nullptr) return;
+    if (PyContext_Enter(ctx) == 0) {
+      ctx_ = ctx;
+    } else {
+      PyErr_Clear();
+    }
+  }
+  ~EnteredContext() {
+    if (ctx_ == nullptr) return;
+    PyObject* pending = PyErr_GetRaisedException();
+    if (PyContext_Exit(ctx_) < 0) PyErr_WriteUnraisable(ctx_);
+    PyErr_SetRaisedException(pending);
+  }
+  EnteredContext(const EnteredContext&) = delete;
+  EnteredContext& operator=(const EnteredContext&) = delete;
+
+ private:
+  PyObject* ctx_ = nullptr;
+};
+
+}  // namespace
+
 ConnectionUnit::ConnectionUnit(PyObject* loop, PyObject* sock, int fd)
-    : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), sock_(Py_NewRef(sock)), fd_(fd) {}
+    : Task(/*scheduled=*/false),
+      loop_(Py_NewRef(loop)),
+      sock_(Py_NewRef(sock)),
+      fd_(fd),
+      context_(PyContext_CopyCurrent()) {
+  if (context_ == nullptr) PyErr_Clear();  // Then the worker's own.
+}
 
 ConnectionUnit::~ConnectionUnit() {
+  DecRefAnyThread(context_);
   DecRefAnyThread(loop_);
   DecRefAnyThread(sock_);
   DecRefAnyThread(extra_);
   DecRefAnyThread(protocol_);
   DecRefAnyThread(waiter_);
   DecRefAnyThread(lost_exc_);
+  DecRefAnyThread(lost_context_);
 }
 
 bool ConnectionUnit::Poll() {
   if (LoopDeferIfStopped(loop_, this)) return false;
   if (LoopEnterOnWorker(loop_) < 0) PyErr_WriteUnraisable(loop_);
+  EnteredContext entered(context_);
   if (!made_) {
     if (!MakeConnection()) {
       ForceClose(nullptr);
@@ -57,6 +95,7 @@ bool ConnectionUnit::Poll() {
 void ConnectionUnit::OnCancel() {
   if (lost_.load(std::memory_order_relaxed)) return;
   DropOnAnyThread(loop_, [this](PyObject*) {
+    EnteredContext entered(context_);
     ForceClose(nullptr);
     DeliverLost();
   });
@@ -66,11 +105,13 @@ void ConnectionUnit::DeliverLost() {
   if (lost_.exchange(true)) return;
   PyObject* exc;
   PyObject* protocol;
+  PyObject* lost_context;
   std::vector<PyObject*> drop;
   {
     Locked lock(mu_);
     exc = std::exchange(lost_exc_, nullptr);
     protocol = std::exchange(protocol_, nullptr);
+    lost_context = std::exchange(lost_context_, nullptr);
     ClearBufferLocked(drop);
   }
   for (PyObject* o : drop) Py_XDECREF(o);
@@ -82,6 +123,9 @@ void ConnectionUnit::DeliverLost() {
   if (res == nullptr) PyErr_WriteUnraisable(sock_);
   Py_XDECREF(res);
   if (made_ && protocol != nullptr) {
+    // Lost by the connection itself (EOF, an error): the connection's own
+    // context, which this poll entered.
+    EnteredContext entered(lost_context);
     res = CallMethod(protocol, "connection_lost", exc != nullptr ? exc : Py_None);
     if (res == nullptr) {
       LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
@@ -96,6 +140,7 @@ void ConnectionUnit::DeliverLost() {
     Py_CLEAR(waiter_);
   }
   AfterLost();
+  Py_XDECREF(lost_context);
   Py_XDECREF(exc);
   Py_XDECREF(protocol);
   Py_CLEAR(transport_);  // The connection's hold on its Python object.
@@ -111,6 +156,23 @@ void ConnectionUnit::Close() {
     lost_pending_ = true;
   }
   Wake();
+}
+
+void ConnectionUnit::RememberLostContext() {
+  {
+    Locked lock(mu_);
+    if (closing_ || lost_context_ != nullptr) return;
+  }
+  PyObject* ctx = PyContext_CopyCurrent();
+  if (ctx == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  {
+    Locked lock(mu_);
+    if (!closing_ && lost_context_ == nullptr) ctx = std::exchange(lost_context_, ctx);
+  }
+  Py_XDECREF(ctx);  // A racing close() got there first (or nullptr).
 }
 
 void ConnectionUnit::ForceClose(PyObject* exc) {
@@ -170,9 +232,8 @@ void ConnectionUnit::SyncPause() {
   PyObject* res = CallMethod(protocol, want ? "pause_writing" : "resume_writing");
   if (res == nullptr) {
     PyObject* exc = PyErr_GetRaisedException();
-    if (IsFatalPyError(exc)) {
-      PyErr_SetRaisedException(exc);
-      PyErr_WriteUnraisable(protocol);
+    if (IsExitException(exc)) {
+      LoopRaiseInRunner(loop_, exc);
     } else {
       ReportToLoop(loop_,
                    want ? "protocol.pause_writing() failed" : "protocol.resume_writing() failed",
@@ -262,11 +323,13 @@ void Unit_dealloc(PyObject* self) {
 namespace {
 
 PyObject* Unit_close(PyObject* self, PyObject*) {
+  UnitOf(self)->RememberLostContext();
   UnitOf(self)->Close();
   Py_RETURN_NONE;
 }
 
 PyObject* Unit_abort(PyObject* self, PyObject*) {
+  UnitOf(self)->RememberLostContext();
   UnitOf(self)->ForceClose(nullptr);
   Py_RETURN_NONE;
 }
@@ -274,6 +337,7 @@ PyObject* Unit_abort(PyObject* self, PyObject*) {
 // stdlib transports' private _force_close(exc), which sslproto calls on
 // its transport after a fatal TLS error.
 PyObject* Unit_force_close(PyObject* self, PyObject* exc) {
+  UnitOf(self)->RememberLostContext();
   UnitOf(self)->ForceClose(exc == Py_None ? nullptr : Py_NewRef(exc));
   Py_RETURN_NONE;
 }

@@ -42,6 +42,10 @@ class ConnectionUnit : public runtime::task::Task {
   // connection_lost(exc) is due (`exc` consumed; nullptr: None). Any
   // thread.
   void ForceClose(PyObject* exc);
+  // close()/abort() from Python: connection_lost runs in a copy of the
+  // caller's context, as stdlib's call_soon(_call_connection_lost) does.
+  // Only the first request counts.
+  void RememberLostContext();
   // Reports `exc` (consumed) as stdlib's _fatal_error does (an OSError
   // only in debug mode), then force-closes with it. `self` is the
   // transport object, borrowed, when called off the strand (transport_
@@ -74,6 +78,12 @@ class ConnectionUnit : public runtime::task::Task {
   PyObject* transport_ = nullptr;  // Strong from the first wake until lost.
   PyObject* extra_ = nullptr;      // dict; written once before publication.
   PyObject* waiter_ = nullptr;     // Resolved after connection_made.
+  // The contextvars context the protocol's callbacks run in: a copy of
+  // the one current when the connection was made (create_connection's
+  // caller's; for an accepted one, the server's when it started serving),
+  // as stdlib's callbacks run in the contexts its call_soon/add_reader
+  // copied then. One per connection: its callbacks never overlap.
+  PyObject* context_ = nullptr;
   runtime::io::ScheduledIo* io_ = nullptr;
   runtime::scheduler::Strand* strand_ = nullptr;  // Borrowed: the executor.
 
@@ -87,6 +97,7 @@ class ConnectionUnit : public runtime::task::Task {
   int conn_lost_ = 0;
   bool lost_pending_ = false;  // connection_lost is due.
   PyObject* lost_exc_ = nullptr;
+  PyObject* lost_context_ = nullptr;  // RememberLostContext's copy.
 
   // --- the unit's own (on the strand) ---
   bool made_ = false;

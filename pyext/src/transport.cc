@@ -395,9 +395,8 @@ void Conn::ReadOnce() {
   Py_DECREF(protocol);
   if (res == nullptr) {
     PyObject* exc = PyErr_GetRaisedException();
-    if (IsFatalPyError(exc)) {
-      PyErr_SetRaisedException(exc);
-      PyErr_WriteUnraisable(transport_);
+    if (IsExitException(exc)) {
+      LoopRaiseInRunner(loop_, exc);
       return;
     }
     Fatal(exc, failure);
@@ -898,9 +897,13 @@ class Acceptor final : public rt_task::Task {
         family_(family),
         type_(type),
         proto_(proto),
-        backlog_(std::clamp(backlog, 1, kMaxAcceptsPerPoll)) {}
+        backlog_(std::clamp(backlog, 1, kMaxAcceptsPerPoll)),
+        context_(PyContext_CopyCurrent()) {
+    if (context_ == nullptr) PyErr_Clear();
+  }
   ~Acceptor() override {
     if (owner_ != nullptr) owner_->Unref();
+    DecRefAnyThread(context_);
     DecRefAnyThread(loop_);
     DecRefAnyThread(sock_);
     DecRefAnyThread(factory_);
@@ -915,6 +918,10 @@ class Acceptor final : public rt_task::Task {
   const int fd_;
   const int family_, type_, proto_;
   const int backlog_;
+  // The context current when serving started: each connection's callbacks
+  // run in a copy of it, as stdlib's accept handler (an add_reader made
+  // then) passes its copy on to the connection's handles and tasks.
+  PyObject* const context_;
   io::ScheduledIo* io_ = nullptr;
   // The strand of the task that started serving (one reference, or
   // nullptr): accepted connections are its children.
@@ -957,6 +964,11 @@ void Acceptor::StartConnection(int fd) {
   c->extra_ = MakeExtra(sock, nullptr);
   if (c->extra_ == nullptr) PyErr_Clear();
   Py_DECREF(sock);
+  if (context_ != nullptr) {
+    PyObject* ctx = PyContext_Copy(context_);
+    if (ctx == nullptr) PyErr_Clear();
+    Py_XSETREF(c->context_, ctx);
+  }
   c->factory_ = Py_NewRef(factory_);
   c->server_ = Py_NewRef(server_);
   // Attached now, as stdlib's transports attach when they are made: a
