@@ -192,7 +192,7 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
     return;
   }
   Worker* w = current_worker;
-  if (w != nullptr && w->scheduler == this &&
+  if (w != nullptr && w->scheduler == this && kind != task::ScheduleKind::kRemote &&
       w->slot->status.load(std::memory_order_relaxed) == SlotStatus::kRunning) {
     const bool lone = idle_.num_workers() <= 1;
     if (kind == task::ScheduleKind::kWake && !w->parked &&

@@ -132,7 +132,8 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
     if (current_strand == this) unit_yielded_ = true;
     kind = task::ScheduleKind::kWake;
   }
-  if (open_scopes > 0 && current_strand != this) {
+  // A remote wake is not held: the scope's owner may block on it.
+  if (open_scopes > 0 && current_strand != this && kind != task::ScheduleKind::kRemote) {
     Ref();  // Held until the running unit's scope hands it over.
     held_wakes.emplace_back(this, kind);
     return;

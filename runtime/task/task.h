@@ -18,6 +18,11 @@ enum class ScheduleKind {
   kWake,   // Woken by another unit or thread: LIFO slot when on a worker.
   kYield,  // Woken during its own run: back of the queue, for fairness.
   kIo,     // Woken by the reactor: unthrottled wakeup of a parked worker.
+  // Woken for work foreign to what the calling worker runs (another
+  // loop's): the injector and a parked worker, never the caller's own
+  // queue or LIFO slot, since the caller may block until that work is
+  // done (run_coroutine_threadsafe(...).result() on another loop).
+  kRemote,
 };
 
 // Where a task goes when it is woken. Implemented by the scheduler; tests
