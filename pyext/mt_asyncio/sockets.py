@@ -120,21 +120,75 @@ class SocketMethods:
     # --- readers and writers ---------------------------------------------
 
     def _ensure_fd_no_transport(self, fd):
-        fileno = _fileobj_to_fd(fd)
-        transport = _core._fd_transport(self, fileno)
+        fileno = fd
+        if not isinstance(fileno, int):
+            try:
+                fileno = int(fileno.fileno())
+            except (AttributeError, TypeError, ValueError):
+                raise ValueError(f"Invalid file object: {fd!r}") from None
+        # A closed socket's fileno() is -1: no transport has that, and the
+        # registration is then found by the object (_fd_lookup).
+        transport = _core._fd_transport(self, fileno) if fileno >= 0 else None
         if transport is not None:
             raise RuntimeError(
                 f"File descriptor {fd!r} is used by transport {transport!r}")
 
+    def _watched_objects(self):
+        # fd -> the object add_reader/add_writer was given, per direction
+        # (index: writing). Made on first use: the mixin has no __init__.
+        try:
+            return self._fd_objects
+        except AttributeError:
+            self.__dict__.setdefault("_fd_objects", ({}, {}))
+            return self._fd_objects
+
+    def _fd_lookup(self, fileobj):
+        """The fd of `fileobj`, or, as selectors do, of the registration
+        made with that very object when it no longer has one (a socket
+        closed before remove_reader)."""
+        try:
+            return _fileobj_to_fd(fileobj)
+        except ValueError:
+            for objects in self._watched_objects():
+                for fd, obj in list(objects.items()):
+                    if obj is fileobj:
+                        return fd
+            raise
+
+    def _drop_stale(self, fd, fileobj):
+        # A registration made with another object that no longer owns `fd`
+        # (closed without remove_reader, the number reused since): its
+        # reactor record would swallow the new object's readiness.
+        for writing, objects in enumerate(self._watched_objects()):
+            old = objects.get(fd)
+            if old is None or old is fileobj or isinstance(old, int):
+                continue
+            try:
+                still_owns = old.fileno() == fd
+            except (AttributeError, TypeError, ValueError, OSError):
+                still_owns = False
+            if not still_owns:
+                _core._fd_unwatch(self, fd, bool(writing))
+                objects.pop(fd, None)
+
     def _watch(self, fd, writing, callback, args):
         self._check_closed()
-        return _core._fd_watch(self, _fileobj_to_fd(fd), writing, callback,
-                               args, _copy_context())
+        fileno = _fileobj_to_fd(fd)
+        self._drop_stale(fileno, fd)
+        handle = _core._fd_watch(self, fileno, writing, callback, args,
+                                 _copy_context())
+        self._watched_objects()[writing][fileno] = fd
+        return handle
 
     def _unwatch(self, fd, writing):
         if self.is_closed():
             return False
-        return _core._fd_unwatch(self, _fileobj_to_fd(fd), writing)
+        fileno = self._fd_lookup(fd)
+        removed = _core._fd_unwatch(self, fileno, writing)
+        objects = self._watched_objects()[writing]
+        if objects.get(fileno) is fd or removed:
+            objects.pop(fileno, None)
+        return removed
 
     def _add_reader(self, fd, callback, *args):
         return self._watch(fd, False, callback, args)

@@ -454,3 +454,26 @@ async def getaddrinfo_and_getnameinfo(aio):
     bad = await aobserve(loop.getaddrinfo("not-numeric", 80,
                                           flags=socket.AI_NUMERICHOST))
     return [infos[0][4], name, bad[0]]
+
+
+@scenario
+async def remove_reader_and_writer_of_a_closed_socket(aio):
+    # The registration is found by the socket object itself, as selectors
+    # do once its fileno() is -1; a socket that then gets the same number
+    # is watched afresh.
+    loop = aio.get_running_loop()
+    a, b = socket.socketpair()
+    loop.add_reader(a, lambda: None)
+    loop.add_writer(a, lambda: None)
+    a.close()
+    removed = [observe(loop.remove_reader, a), observe(loop.remove_writer, a),
+               observe(loop.remove_reader, a)]
+    c, d = socket.socketpair()
+    fired = loop.create_future()
+    loop.add_reader(c, lambda: fired.done() or fired.set_result("fired"))
+    d.send(b"x")
+    got = await aio.wait_for(fired, TIMEOUT)
+    loop.remove_reader(c)
+    for s in (b, c, d):
+        s.close()
+    return [removed, got]
