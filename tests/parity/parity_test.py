@@ -23,6 +23,7 @@ import scenarios_graph  # noqa: E402,F401
 import scenarios_groups  # noqa: E402,F401
 import scenarios_locks  # noqa: E402,F401
 import scenarios_more  # noqa: E402,F401
+import scenarios_net_context  # noqa: E402,F401
 import scenarios_net_datagram  # noqa: E402,F401
 import scenarios_net_protocols  # noqa: E402,F401
 import scenarios_net_sockets  # noqa: E402,F401
@@ -33,11 +34,13 @@ import scenarios_queues  # noqa: E402,F401
 import scenarios_signals  # noqa: E402,F401
 import scenarios_subprocess  # noqa: E402,F401
 import scenarios_tasks  # noqa: E402,F401
+import scenarios_timers  # noqa: E402,F401
 
 N_THREADS = int(os.environ.get("MT_PARITY_THREADS", "4"))
 # Modules whose scenarios open descriptors: each run must close them all.
-NET_MODULES = {"scenarios_net_datagram", "scenarios_net_protocols",
-               "scenarios_net_sockets", "scenarios_net_streams",
+NET_MODULES = {"scenarios_net_context", "scenarios_net_datagram",
+               "scenarios_net_protocols", "scenarios_net_sockets",
+               "scenarios_net_streams",
                "scenarios_net_tls", "scenarios_pipes", "scenarios_signals",
                "scenarios_subprocess"}
 ROUNDS = int(os.environ.get("MT_PARITY_ROUNDS", "1"))

@@ -449,3 +449,59 @@ async def async_generator_runs(aio):
             await aio.sleep(0)
             yield i
     return [x async for x in agen()]
+
+
+@scenario
+async def stop_then_raise_is_reported_before_run_forever_returns(aio):
+    # stop() takes effect once the callback is done, its error reported:
+    # the handler has heard of it by the time run_forever returns.
+    other = aio.new_event_loop()
+    reports = []
+
+    def callback():
+        other.stop()
+        raise ValueError("after stop")
+
+    def run_other():
+        other.set_exception_handler(
+            lambda loop, ctx: reports.append(type(ctx["exception"]).__name__))
+        other.call_soon(callback)
+        other.run_forever()
+        seen = list(reports)
+        other.close()
+        return seen
+
+    return await aio.wait_for(aio.to_thread(run_other), 10)
+
+
+@scenario
+async def default_exception_handler_logs_to_asyncio_logger(aio):
+    # Logging configured for "asyncio" applies to our loop's reports too.
+    import logging
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append((record.levelname, record.getMessage().splitlines()[0][:21]))
+
+    log = logging.getLogger("asyncio")
+    keep = Keep()
+    log.addHandler(keep)
+    old_propagate, log.propagate = log.propagate, False
+    try:
+        loop = aio.get_running_loop()
+        done = loop.create_future()
+
+        def boom():
+            loop.call_soon(done.set_result, None)
+            raise ZeroDivisionError
+        loop.call_soon(boom)
+        await aio.wait_for(done, 10)
+        for _ in range(100):
+            if records:
+                break
+            await aio.sleep(0.005)
+    finally:
+        log.removeHandler(keep)
+        log.propagate = old_propagate
+    return records
