@@ -388,3 +388,64 @@ async def processes_through_anyio():
             await proc.stdin.aclose()
             code = await proc.wait()
     return [done.stdout, done.returncode, failed.returncode, echoed, code]
+
+
+@scenario
+async def stream_item_survives_cancelled_receive():
+    # The item sent just before the receiver's scope is cancelled is
+    # received, not lost: anyio reads the receiver's _fut_waiter to see the
+    # receive already completed and leaves it be.
+    got = []
+
+    async def receiver(*, task_status):
+        with anyio.CancelScope() as scope:
+            task_status.started(scope)
+            got.append(await receive.receive())
+        got.append(("cancel called", scope.cancel_called))
+
+    send, receive = anyio.create_memory_object_stream(0)
+    with anyio.fail_after(WAIT), send, receive:
+        async with anyio.create_task_group() as tg:
+            scope = await tg.start(receiver)
+            await anyio.wait_all_tasks_blocked()
+            send.send_nowait("item")
+            scope.cancel()
+    return got
+
+
+@scenario
+async def stream_skips_natively_cancelled_receiver():
+    # A receiver whose task was cancelled (asyncio's cancel) is passed
+    # over: the item stays in the stream for the next receive.
+    import asyncio
+    send, receive = anyio.create_memory_object_stream(1)
+    with anyio.fail_after(WAIT), send, receive:
+        receiving = asyncio.get_running_loop().create_task(receive.receive())
+        await anyio.wait_all_tasks_blocked()
+        receiving.cancel()
+        send.send_nowait("item")
+        try:
+            await receiving
+            outcome = "received"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+        return [outcome, receive.receive_nowait()]
+
+
+@scenario
+async def event_set_then_scope_cancelled_wakes_waiter():
+    # The waiter was woken by set() before the cancel came: it resumes.
+    order = []
+    event = anyio.Event()
+
+    async def setter():
+        order.append(("setter", event.is_set()))
+        event.set()
+        tg.cancel_scope.cancel()
+
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(setter)
+            await event.wait()
+            order.append("waiter woke")
+    return order

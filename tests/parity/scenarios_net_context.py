@@ -67,20 +67,27 @@ async def _exchange(aio, var, start_server, connect):
     return [sorted(set(server_log)), sorted(set(client_log))]
 
 
-@scenario
-async def ctx_tcp_protocol_callbacks(aio):
-    var = contextvars.ContextVar("where", default="unset")
-    loop = aio.get_running_loop()
+def _tcp(loop, server_ssl=None, client_ssl=None):
+    """start_server and connect callables for _exchange over TCP."""
     port = []
 
     async def start(factory):
-        server = await loop.create_server(factory, "127.0.0.1", 0)
+        server = await loop.create_server(factory, "127.0.0.1", 0, ssl=server_ssl)
         port.append(port_of(server))
         return server
 
-    return await _exchange(
-        aio, var, start,
-        lambda factory: loop.create_connection(factory, "127.0.0.1", port[0]))
+    def connect(factory):
+        tls = {} if client_ssl is None else {"ssl": client_ssl,
+                                             "server_hostname": "localhost"}
+        return loop.create_connection(factory, "127.0.0.1", port[0], **tls)
+
+    return start, connect
+
+
+@scenario
+async def ctx_tcp_protocol_callbacks(aio):
+    var = contextvars.ContextVar("where", default="unset")
+    return await _exchange(aio, var, *_tcp(aio.get_running_loop()))
 
 
 @scenario
@@ -97,19 +104,8 @@ async def ctx_unix_protocol_callbacks(aio):
 @scenario
 async def ctx_tls_protocol_callbacks(aio):
     var = contextvars.ContextVar("where", default="unset")
-    loop = aio.get_running_loop()
-    port = []
-
-    async def start(factory):
-        server = await loop.create_server(factory, "127.0.0.1", 0, ssl=server_context())
-        port.append(port_of(server))
-        return server
-
-    return await _exchange(
-        aio, var, start,
-        lambda factory: loop.create_connection(factory, "127.0.0.1", port[0],
-                                               ssl=client_context(),
-                                               server_hostname="localhost"))
+    return await _exchange(aio, var, *_tcp(aio.get_running_loop(), server_context(),
+                                           client_context()))
 
 
 @scenario

