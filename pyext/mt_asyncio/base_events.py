@@ -72,6 +72,9 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         self.slow_callback_duration = 0.1
         self._subprocesses = set()  # Children not reaped yet.
         self._subprocesses_lock = threading.Lock()
+        # fd -> the object add_reader/add_writer was given, per direction
+        # (index: writing): a closed socket's registration is found by it.
+        self._fd_objects = ({}, {})
         _admin.register_loop(self)
 
     def __repr__(self):
@@ -145,7 +148,7 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
             return
         self._remove_signal_handlers()
         self._close_core()
-        self.__dict__.pop("_fd_objects", None)  # Readers and writers are gone.
+        self._fd_objects = ({}, {})  # Readers and writers are gone.
         self._reap_subprocesses()
         self._executor_shutdown_called = True
         executor = self._default_executor

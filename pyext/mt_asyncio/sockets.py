@@ -133,15 +133,6 @@ class SocketMethods:
             raise RuntimeError(
                 f"File descriptor {fd!r} is used by transport {transport!r}")
 
-    def _watched_objects(self):
-        # fd -> the object add_reader/add_writer was given, per direction
-        # (index: writing). Made on first use: the mixin has no __init__.
-        try:
-            return self._fd_objects
-        except AttributeError:
-            self.__dict__.setdefault("_fd_objects", ({}, {}))
-            return self._fd_objects
-
     def _fd_lookup(self, fileobj):
         """The fd of `fileobj`, or, as selectors do, of the registration
         made with that very object when it no longer has one (a socket
@@ -149,7 +140,7 @@ class SocketMethods:
         try:
             return _fileobj_to_fd(fileobj)
         except ValueError:
-            for objects in self._watched_objects():
+            for objects in self._fd_objects:
                 for fd, obj in list(objects.items()):
                     if obj is fileobj:
                         return fd
@@ -159,7 +150,7 @@ class SocketMethods:
         # A registration made with another object that no longer owns `fd`
         # (closed without remove_reader, the number reused since): its
         # reactor record would swallow the new object's readiness.
-        for writing, objects in enumerate(self._watched_objects()):
+        for writing, objects in enumerate(self._fd_objects):
             old = objects.get(fd)
             if old is None or old is fileobj or isinstance(old, int):
                 continue
@@ -177,18 +168,16 @@ class SocketMethods:
         self._drop_stale(fileno, fd)
         handle = _core._fd_watch(self, fileno, writing, callback, args,
                                  _copy_context())
-        self._watched_objects()[writing][fileno] = fd
+        self._fd_objects[writing][fileno] = fd
         return handle
 
     def _unwatch(self, fd, writing):
         if self.is_closed():
             return False
         fileno = self._fd_lookup(fd)
-        removed = _core._fd_unwatch(self, fileno, writing)
-        objects = self._watched_objects()[writing]
-        if objects.get(fileno) is fd or removed:
-            objects.pop(fileno, None)
-        return removed
+        # Nothing stays watched in this direction either way.
+        self._fd_objects[writing].pop(fileno, None)
+        return _core._fd_unwatch(self, fileno, writing)
 
     def _add_reader(self, fd, callback, *args):
         return self._watch(fd, False, callback, args)
