@@ -385,6 +385,9 @@ PyObject* Loop_close_core(PyObject* self, PyObject*) {
   // A closed selector loop forgets its readers and writers; transports
   // still open are closed.
   FdTableCloseAll(self);
+  // Idle workers that ran this loop let go of it before they park again
+  // (ForgetClosedLoopOnThisWorker).
+  st->runtime->scheduler().UnparkAll();
   Py_RETURN_NONE;
 }
 
@@ -690,6 +693,24 @@ bool LoopRunsOnlyOnThisThread(PyObject* loop) {
 // it runs. Without it async generators first iterated in a step would be
 // unknown to shutdown_asyncgens() and closed by the garbage collector with
 // no chance to await in their `finally`.
+namespace {
+
+// sys.set_asyncgen_hooks(firstiter=..., finalizer=...) for this thread.
+int SetAsyncgenHooks(PyObject* firstiter, PyObject* finalizer) {
+  PyObject* kwargs = Py_BuildValue("{sOsO}", "firstiter", firstiter, "finalizer", finalizer);
+  PyObject* empty = PyTuple_New(0);
+  PyObject* res = kwargs != nullptr && empty != nullptr
+                      ? PyObject_Call(set_asyncgen_hooks, empty, kwargs)
+                      : nullptr;
+  Py_XDECREF(empty);
+  Py_XDECREF(kwargs);
+  if (res == nullptr) return -1;
+  Py_DECREF(res);
+  return 0;
+}
+
+}  // namespace
+
 int InstallAsyncgenHooks(PyObject* loop) {
   PyObject* firstiter = nullptr;
   PyObject* finalizer = nullptr;
@@ -700,16 +721,7 @@ int InstallAsyncgenHooks(PyObject* loop) {
   }
   int rc = 0;
   if (firstiter != nullptr && finalizer != nullptr) {  // A bare core Loop has none.
-    PyObject* kwargs = Py_BuildValue("{sOsO}", "firstiter", firstiter, "finalizer",
-                                     finalizer);
-    PyObject* empty = PyTuple_New(0);
-    PyObject* res = kwargs != nullptr && empty != nullptr
-                        ? PyObject_Call(set_asyncgen_hooks, empty, kwargs)
-                        : nullptr;
-    if (res == nullptr) rc = -1;
-    Py_XDECREF(res);
-    Py_XDECREF(empty);
-    Py_XDECREF(kwargs);
+    rc = SetAsyncgenHooks(firstiter, finalizer);
   }
   Py_XDECREF(firstiter);
   Py_XDECREF(finalizer);
@@ -743,6 +755,29 @@ int LoopEnterOnWorker(PyObject* loop) {
   worker_running_loop = loop;
   return 0;
 }
+
+namespace {
+
+// Before a worker parks (RuntimeHolder::SetBeforePark): a closed loop it
+// last ran is let go of. The worker's running loop and asyncgen hooks (its
+// bound methods) are references the thread holds, which kept the last
+// loop of asyncio.run() alive for good. (While the thread holds them, the
+// loop is alive, so its state may be read.) A closing loop unparks every
+// worker, so idle ones pass here too.
+void ForgetClosedLoopOnThisWorker() {
+  PyObject* loop = worker_running_loop;
+  if (loop == nullptr || !StateOf(loop)->closed_flag.load(std::memory_order_acquire)) return;
+  worker_running_loop = nullptr;
+  PyObject* pending = PyErr_GetRaisedException();
+  if (SetAsyncgenHooks(Py_None, Py_None) < 0) PyErr_WriteUnraisable(nullptr);
+  // Last: this may drop the loop's last reference.
+  PyObject* res = PyObject_CallOneArg(set_running_loop, Py_None);
+  if (res == nullptr) PyErr_WriteUnraisable(nullptr);
+  Py_XDECREF(res);
+  PyErr_SetRaisedException(pending);
+}
+
+}  // namespace
 
 bool IsExitException(PyObject* exc) {
   return exc != nullptr && (PyErr_GivenExceptionMatches(exc, PyExc_SystemExit) ||
@@ -841,6 +876,7 @@ int RegisterLoopTypes(PyObject* module) {
       loop_internal::RegisterHandleTypes(module) < 0) {
     return -1;
   }
+  RuntimeHolder::SetBeforePark(ForgetClosedLoopOnThisWorker);
   FutureHooks hooks = GetFutureHooks();
   hooks.schedule_batch = loop_internal::ScheduleBatch;
   SetFutureHooks(hooks);

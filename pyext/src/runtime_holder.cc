@@ -4,6 +4,7 @@
 
 #include <Python.h>
 
+#include <atomic>
 #include <string>
 #include <utility>
 
@@ -22,6 +23,8 @@ thread_local PyThreadState* parked_state = nullptr;
 // The PyGILState token taken when the worker attached at start.
 thread_local PyGILState_STATE attach_token;
 
+std::atomic<RuntimeHolder::BeforeParkFn> before_park_fn{nullptr};
+
 runtime::scheduler::WorkerHooks InterpreterHooks() {
   runtime::scheduler::WorkerHooks hooks;
   hooks.on_start = [](std::size_t index) {
@@ -32,7 +35,10 @@ runtime::scheduler::WorkerHooks InterpreterHooks() {
     PyGILState_Release(attach_token);
     this_worker_index = -1;
   };
-  hooks.before_park = [](std::size_t) { parked_state = PyEval_SaveThread(); };
+  hooks.before_park = [](std::size_t) {
+    if (auto fn = before_park_fn.load(std::memory_order_relaxed)) fn();
+    parked_state = PyEval_SaveThread();
+  };
   hooks.after_unpark = [](std::size_t) {
     PyEval_RestoreThread(parked_state);
     parked_state = nullptr;
@@ -63,6 +69,10 @@ class OwnedRef {
 };
 
 }  // namespace
+
+void RuntimeHolder::SetBeforePark(BeforeParkFn fn) {
+  before_park_fn.store(fn, std::memory_order_relaxed);
+}
 
 RuntimeHolder& RuntimeHolder::Instance() {
   // Leaked on purpose: workers and the control thread may still read it

@@ -48,6 +48,12 @@ class RuntimeHolder final : public runtime::admin::AdminApi {
   absl::Status SetBlockingIdleTtl(std::chrono::milliseconds idle_ttl) override;
   absl::Status BeginShutdown(std::chrono::milliseconds grace) override;
 
+  // What a worker runs, attached, each time before it parks: the loop
+  // layer lets go of a closed loop the worker still refers to (its running
+  // loop and asyncgen hooks). Set once at module init; may be nullptr.
+  using BeforeParkFn = void (*)();
+  static void SetBeforePark(BeforeParkFn fn);
+
   // In a child made by fork(): forgets the parent's runtime (its threads
   // did not come along), so the child's loops start their own.
   void AfterForkInChild();

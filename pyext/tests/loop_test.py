@@ -607,3 +607,33 @@ def test_a_step_blocking_on_another_loop_gets_its_answer(loop):
         other.call_soon_threadsafe(other.stop)
         runner.join(WAIT)
         other.close()
+
+
+def test_a_closed_loop_is_freed():
+    # anyio's test_asyncio_run_does_not_leak_event_loop: the workers that
+    # ran the loop held it through their running loop and asyncgen hooks.
+    import gc
+    import weakref
+
+    async def main():
+        async def agen():
+            yield 1
+
+        async def step():
+            async for _ in agen():  # Installs the asyncgen hooks there.
+                await asyncio.sleep(0)
+        await asyncio.gather(*(step() for _ in range(64)))
+        return weakref.ref(asyncio.get_running_loop())
+
+    refs = [asyncio.run(main())]
+    loop = EventLoop()
+    refs.append(weakref.ref(loop))
+    loop.run_until_complete(main())
+    loop.close()
+    del loop
+    # Workers let go as they park after the close; bounded.
+    deadline = time.monotonic() + WAIT
+    while any(r() is not None for r in refs) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert [r() for r in refs] == [None, None]
