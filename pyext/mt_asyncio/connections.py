@@ -135,8 +135,18 @@ class ConnectionMethods:
             transport = self._make_socket_transport(sock, protocol, waiter)
         try:
             await waiter
-        except:
+        except BaseException:
             transport.close()
+            released = getattr(transport, "_released", None)
+            if released is not None:
+                # stdlib's close() takes the socket off its selector at
+                # once; ours lets go of it on the connection's strand. Wait
+                # for that, so that a caller who closes `sock` when this
+                # raises can reuse its number for the next connection.
+                try:
+                    await released()
+                except BaseException:  # noqa: BLE001 - the first error wins.
+                    pass
             raise
         return transport, protocol
 

@@ -42,12 +42,14 @@ class EnteredContext {
 
 }  // namespace
 
-ConnectionUnit::ConnectionUnit(PyObject* loop, PyObject* sock, int fd)
+ConnectionUnit::ConnectionUnit(PyObject* loop, PyObject* sock, int fd,
+                               PyObject* base_context)
     : Task(/*scheduled=*/false),
       loop_(Py_NewRef(loop)),
       sock_(Py_NewRef(sock)),
       fd_(fd),
-      context_(PyContext_CopyCurrent()) {
+      context_(base_context != nullptr ? PyContext_Copy(base_context)
+                                       : PyContext_CopyCurrent()) {
   if (context_ == nullptr) PyErr_Clear();  // Then the worker's own.
 }
 
@@ -60,6 +62,7 @@ ConnectionUnit::~ConnectionUnit() {
   DecRefAnyThread(waiter_);
   DecRefAnyThread(lost_exc_);
   DecRefAnyThread(lost_context_);
+  DecRefAnyThread(released_);
 }
 
 bool ConnectionUnit::Poll() {
@@ -122,6 +125,13 @@ void ConnectionUnit::DeliverLost() {
   PyObject* res = CallMethod(sock_, "close");
   if (res == nullptr) PyErr_WriteUnraisable(sock_);
   Py_XDECREF(res);
+  PyObject* released;
+  {
+    Locked lock(mu_);
+    socket_released_ = true;
+    released = std::exchange(released_, nullptr);
+  }
+  ResolveWaiter(&released);  // Consumes it; nothing when nobody asked.
   if (made_ && protocol != nullptr) {
     // Lost by the connection itself (EOF, an error): the connection's own
     // context, which this poll entered.
@@ -173,6 +183,28 @@ void ConnectionUnit::RememberLostContext() {
     if (!closing_ && lost_context_ == nullptr) ctx = std::exchange(lost_context_, ctx);
   }
   Py_XDECREF(ctx);  // A racing close() got there first (or nullptr).
+}
+
+PyObject* ConnectionUnit::Released() {
+  PyObject* fut = CallMethod(loop_, "create_future");
+  if (fut == nullptr) return nullptr;
+  PyObject* unused = nullptr;
+  bool done;
+  {
+    Locked lock(mu_);
+    done = socket_released_;
+    if (!done && released_ != nullptr) {
+      unused = std::exchange(fut, Py_NewRef(released_));  // One for every caller.
+    } else if (!done) {
+      released_ = Py_NewRef(fut);
+    }
+  }
+  Py_XDECREF(unused);
+  if (done) {
+    PyObject* resolve = Py_NewRef(fut);
+    ResolveWaiter(&resolve);
+  }
+  return fut;
 }
 
 void ConnectionUnit::ForceClose(PyObject* exc) {
@@ -350,6 +382,8 @@ PyObject* Unit_get_extra_info(PyObject* self, PyObject* const* args, Py_ssize_t 
 
 PyObject* Unit_get_protocol(PyObject* self, PyObject*) { return UnitOf(self)->GetProtocol(); }
 
+PyObject* Unit_released(PyObject* self, PyObject*) { return UnitOf(self)->Released(); }
+
 PyObject* Unit_get_write_buffer_size(PyObject* self, PyObject*) {
   return UnitOf(self)->GetWriteBufferSize();
 }
@@ -382,6 +416,8 @@ const PyMethodDef unit_methods[] = {
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Unit_get_extra_info)),
      METH_FASTCALL, nullptr},
     {"get_protocol", Unit_get_protocol, METH_NOARGS, nullptr},
+    {"_released", Unit_released, METH_NOARGS,
+     "A future done once the socket is off the reactor and closed."},
     {"get_write_buffer_size", Unit_get_write_buffer_size, METH_NOARGS, nullptr},
     {"get_write_buffer_limits", Unit_get_write_buffer_limits, METH_NOARGS, nullptr},
     {"set_write_buffer_limits",

@@ -23,7 +23,9 @@ class ConnectionUnit : public runtime::task::Task {
  public:
   static constexpr std::size_t kDefaultHighWater = 64 * 1024;
 
-  ConnectionUnit(PyObject* loop, PyObject* sock, int fd);
+  // The callbacks' context is a copy of `base_context` (borrowed), or of
+  // the caller's when it is nullptr.
+  ConnectionUnit(PyObject* loop, PyObject* sock, int fd, PyObject* base_context = nullptr);
   ~ConnectionUnit() override;
 
   // One run on the strand: makes the connection the first time
@@ -46,6 +48,9 @@ class ConnectionUnit : public runtime::task::Task {
   // caller's context, as stdlib's call_soon(_call_connection_lost) does.
   // Only the first request counts.
   void RememberLostContext();
+  // transport._released(): a future done once the connection has let go of
+  // its socket (taken it off the reactor and closed it). New reference.
+  PyObject* Released();
   // Reports `exc` (consumed) as stdlib's _fatal_error does (an OSError
   // only in debug mode), then force-closes with it. `self` is the
   // transport object, borrowed, when called off the strand (transport_
@@ -98,6 +103,8 @@ class ConnectionUnit : public runtime::task::Task {
   bool lost_pending_ = false;  // connection_lost is due.
   PyObject* lost_exc_ = nullptr;
   PyObject* lost_context_ = nullptr;  // RememberLostContext's copy.
+  PyObject* released_ = nullptr;      // Released()'s future, once asked for.
+  bool socket_released_ = false;
 
   // --- the unit's own (on the strand) ---
   bool made_ = false;

@@ -106,7 +106,8 @@ class WriteBuffer {
 
 class Conn final : public ConnectionUnit {
  public:
-  Conn(PyObject* loop, PyObject* sock, int fd) : ConnectionUnit(loop, sock, fd) {}
+  Conn(PyObject* loop, PyObject* sock, int fd, PyObject* base_context)
+      : ConnectionUnit(loop, sock, fd, base_context) {}
   ~Conn() override {
     DecRefAnyThread(factory_);
     DecRefAnyThread(server_);
@@ -803,15 +804,17 @@ PyType_Spec transport_spec = {
 };
 
 // A transport object around a new connection unit for `sock` (which the
-// unit owns from now on). New reference or nullptr.
-PyObject* NewTransport(PyObject* loop, PyObject* sock, Conn** out) {
+// unit owns from now on), its callbacks in a copy of `base_context` (or of
+// the caller's). New reference or nullptr.
+PyObject* NewTransport(PyObject* loop, PyObject* sock, Conn** out,
+                       PyObject* base_context = nullptr) {
   const int fd = SocketFd(sock);
   if (fd < 0) return nullptr;
   auto* t = PyObject_GC_New(UnitObject, transport_type);
   if (t == nullptr) return nullptr;
   t->base_extra = nullptr;
   t->weakreflist = nullptr;
-  auto* conn = new Conn(loop, sock, fd);
+  auto* conn = new Conn(loop, sock, fd, base_context);
   t->unit = conn;
   conn->transport_ = Py_NewRef(reinterpret_cast<PyObject*>(t));
   PyObject_GC_Track(t);
@@ -952,7 +955,7 @@ void Acceptor::StartConnection(int fd) {
   }
   SetNoDelay(fd);
   Conn* c;
-  PyObject* transport = NewTransport(loop_, sock, &c);
+  PyObject* transport = NewTransport(loop_, sock, &c, context_);
   if (transport == nullptr) {
     PyObject* r = CallMethod(sock, "close");
     Py_XDECREF(r);
@@ -964,11 +967,6 @@ void Acceptor::StartConnection(int fd) {
   c->extra_ = MakeExtra(sock, nullptr);
   if (c->extra_ == nullptr) PyErr_Clear();
   Py_DECREF(sock);
-  if (context_ != nullptr) {
-    PyObject* ctx = PyContext_Copy(context_);
-    if (ctx == nullptr) PyErr_Clear();
-    Py_XSETREF(c->context_, ctx);
-  }
   c->factory_ = Py_NewRef(factory_);
   c->server_ = Py_NewRef(server_);
   // Attached now, as stdlib's transports attach when they are made: a

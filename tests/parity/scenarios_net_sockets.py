@@ -481,3 +481,42 @@ async def remove_reader_and_writer_of_a_closed_socket(aio):
     for s in (b, c, d, x):
         s.close()
     return [removed, got]
+
+
+@scenario
+async def cancelled_create_connection_with_sock_lets_go_of_it(aio):
+    # When the cancel arrives, the socket is no longer the transport's: the
+    # caller closes it, and the next connection, whose socket likely gets
+    # the same number, is made without "File descriptor N is used by
+    # transport". (Whether the cancel beat the connection is timing.)
+    loop = aio.get_running_loop()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    outcomes = []
+    try:
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.setblocking(False)
+            try:
+                transport, _ = await aio.wait_for(
+                    loop.create_connection(aio.Protocol, sock=s), 0)
+                transport.close()
+            except TimeoutError:
+                pass
+            s.close()
+            again = socket.create_connection(("127.0.0.1", port))
+            again.setblocking(False)
+            r = await aobserve(loop.create_connection(aio.Protocol, sock=again))
+            outcomes.append(r[0])
+            if r[0] == "ok":
+                r[1][0].close()
+            else:
+                again.close()
+            conn, _ = listener.accept()
+            conn.close()
+            conn, _ = listener.accept()
+            conn.close()
+    finally:
+        listener.close()
+    await aio.sleep(0.01)
+    return outcomes
