@@ -102,6 +102,20 @@ def _graph_of_other(future, limit):
                            _awaited_by_graphs(future, limit))
 
 
+def _frame_at(depth):
+    """What sys._getframe(depth) gives in the caller (its own frame at 0),
+    or None when the stack is not that deep. A task's step on a worker starts from a native
+    call, with no Python frames of a run loop beneath the coroutine as on
+    stdlib's loop, so a depth sys._getframe() refuses there ("call stack is
+    not deep enough") just leaves nothing to show."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        frame = frame.f_back
+    return frame
+
+
 def capture_call_graph(future=None, /, *, depth=1, limit=None):
     """The async call graph of `future`, or of the current task.
 
@@ -128,7 +142,7 @@ def capture_call_graph(future=None, /, *, depth=1, limit=None):
     _check_future(future)
 
     frames = []
-    frame = sys._getframe(depth) if limit != 0 else None
+    frame = _frame_at(depth) if limit != 0 else None
     caller = None
     try:
         # From the caller outwards, through plain calls and coroutines,

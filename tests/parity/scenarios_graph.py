@@ -244,3 +244,18 @@ async def graph_explicit_awaited_by_entries(aio):
     aio.future_add_to_awaited_by(f3, f2)
     out.append(_describe(aio.capture_call_graph(f3)))
     return out
+
+
+@scenario
+@since(3, 14)
+async def capture_call_graph_deeper_than_the_task(aio):
+    # Skipping more frames than the task's own stack has is no error (on a
+    # worker nothing of a run loop lies beneath the coroutine, so our
+    # graph then has no frames; stdlib's shows its run loop's).
+    async def inner():
+        return aio.capture_call_graph(depth=2), aio.current_task()
+
+    graph, task = await inner()
+    deeper = aio.capture_call_graph(depth=5)
+    return [type(graph).__name__, graph.future is task,
+            type(deeper).__name__, deeper.future is task]
