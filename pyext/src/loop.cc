@@ -385,9 +385,9 @@ PyObject* Loop_close_core(PyObject* self, PyObject*) {
   // A closed selector loop forgets its readers and writers; transports
   // still open are closed.
   FdTableCloseAll(self);
-  // Idle workers that ran this loop let go of it before they park again
-  // (ForgetClosedLoopOnThisWorker).
-  st->runtime->scheduler().UnparkAll();
+  // Idle workers that ran this loop let go of it too
+  // (ForgetClosedLoopOnThisWorker runs before each park).
+  st->runtime->scheduler().RerunParkHooks();
   Py_RETURN_NONE;
 }
 
@@ -762,8 +762,8 @@ namespace {
 // last ran is let go of. The worker's running loop and asyncgen hooks (its
 // bound methods) are references the thread holds, which kept the last
 // loop of asyncio.run() alive for good. (While the thread holds them, the
-// loop is alive, so its state may be read.) A closing loop unparks every
-// worker, so idle ones pass here too.
+// loop is alive, so its state may be read.) A closing loop has parked
+// workers run this too (Scheduler::RerunParkHooks).
 void ForgetClosedLoopOnThisWorker() {
   PyObject* loop = worker_running_loop;
   if (loop == nullptr || !StateOf(loop)->closed_flag.load(std::memory_order_acquire)) return;

@@ -274,6 +274,18 @@ void Scheduler::UnparkAll() {
   }
 }
 
+void Scheduler::RerunParkHooks() {
+  const std::size_t n = slot_count();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (WorkerSlot* slot = slots_[i].load(std::memory_order_acquire)) {
+      // Release: pairs with the worker's exchange, so what the caller did
+      // before (closing a loop) is seen by the hooks.
+      slot->rerun_park_hooks.store(true, std::memory_order_release);
+      slot->parker.Unpark();
+    }
+  }
+}
+
 absl::Status Scheduler::Resize(std::size_t workers) {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
   if (!started_) return absl::FailedPreconditionError("scheduler not started");
@@ -634,6 +646,8 @@ void Scheduler::Worker::Park() {
     scheduler->NotifyIfWorkPending(std::nullopt);
   }
   metrics::OwnerAdd(slot->metrics.parks, 1);
+  // A rerun asked for while this worker was busy: before_park below is it.
+  slot->rerun_park_hooks.exchange(false, std::memory_order_acquire);
   RunHook(scheduler->hooks_.before_park, index);
   SetPhase(slot->metrics, metrics::WorkerPhase::kParked);
   parked = true;
@@ -647,6 +661,11 @@ void Scheduler::Worker::Park() {
     }
     if (slot->parker.Park(std::nullopt)) {
       metrics::OwnerAdd(slot->metrics.reactor_polls, 1);
+    }
+    if (slot->rerun_park_hooks.load(std::memory_order_relaxed) &&
+        slot->rerun_park_hooks.exchange(false, std::memory_order_acquire)) {
+      RunHook(scheduler->hooks_.after_unpark, index);
+      RunHook(scheduler->hooks_.before_park, index);
     }
     if (!slot->queue.IsEmpty()) {
       // The reactor handed us work while we drove it.

@@ -90,6 +90,12 @@ class Scheduler final : public task::Executor {
   int CurrentWorkerIndex() const;
   // Wakes every parked worker (shutdown, tests).
   void UnparkAll();
+  // Every worker runs its after_unpark and then its before_park hook once
+  // more, soon: a parked one without leaving its park, a busy one when it
+  // next parks. What a layer lets go of in before_park (the Python layer:
+  // a closed loop a worker still refers to) is let go of by idle workers
+  // too.
+  void RerunParkHooks();
   // Wakes one parked worker, searching limits aside; false if none sleeps.
   // The supervisor uses it to get the reactor driven again (a worker that
   // parks takes the reactor when nobody holds it).
@@ -136,6 +142,8 @@ class Scheduler final : public task::Executor {
     std::atomic<SlotStatus> status{SlotStatus::kUnused};
     std::atomic<std::uint64_t> spawned{0};
     std::atomic<std::uint64_t> completed{0};
+    // Set by RerunParkHooks, taken by the worker when its park wakes.
+    std::atomic<bool> rerun_park_hooks{false};
     std::thread thread;  // Guarded by the scheduler's lifecycle_mu_.
   };
 

@@ -134,6 +134,37 @@ TEST_P(SchedulerTest, HooksRunOnEveryWorkerAndParkHooksBalance) {
   EXPECT_EQ(parks.load(), unparks.load());
 }
 
+// Parked workers run their park hooks once more without work to wake
+// them for (the Python layer lets go of a closed loop there).
+TEST_P(SchedulerTest, RerunParkHooksReachesEveryParkedWorker) {
+  std::mutex mu;
+  std::set<std::thread::id> reran;
+  std::atomic<bool> armed{false};
+  std::atomic<int> parks{0}, unparks{0};
+  scheduler::WorkerHooks hooks;
+  hooks.before_park = [&](std::size_t) {
+    parks.fetch_add(1);
+    if (!armed.load()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    reran.insert(std::this_thread::get_id());
+  };
+  hooks.after_unpark = [&](std::size_t) { unparks.fetch_add(1); };
+  Runtime rt(TestConfig(3, GetParam()), hooks);
+  ASSERT_TRUE(rt.Start().ok());
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(rt.Spawn([] {}).ok());
+  ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+  // All three asleep: every park so far has its unpark but the current one.
+  ASSERT_TRUE(Eventually([&] { return parks.load() - unparks.load() == 3; }));
+  armed.store(true);
+  rt.scheduler().RerunParkHooks();
+  EXPECT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return reran.size() == 3;
+  }));
+  EXPECT_EQ(parks.load() - unparks.load(), 3);  // Still balanced, still parked.
+  rt.Shutdown();
+}
+
 // A task woken from many threads while it runs: never polled by two
 // threads at once, and a wake after the storm still leads to a poll.
 TEST_P(SchedulerTest, WakeStormNeverOverlapsAndLastWakeIsHonoured) {
