@@ -90,16 +90,13 @@ async def _wrap_awaitable(awaitable):
 _core._set_gather_fallback(ensure_future)
 
 
-def create_eager_task_factory(custom_task_constructor):
-    """A task factory whose tasks run their first step inside create_task,
-    on the calling worker, when the loop is running there: a coroutine that
-    finishes without suspending never reaches a queue."""
-
-    def factory(loop, coro, *, eager_start=True, **kwargs):
-        return custom_task_constructor(
-            coro, loop=loop, eager_start=eager_start, **kwargs)
-
-    return factory
+# stdlib's own: its factory runs the first step inside create_task (our
+# Task does that, on the calling worker, when the loop is running there),
+# and libraries recognize an eager factory by stdlib's code object (anyio
+# reads the task constructor out of its closure and starts its own tasks
+# lazily, which it needs); a factory of ours with its own code would not be
+# recognized by a library imported before compat.install().
+create_eager_task_factory = _stdlib_asyncio.tasks.create_eager_task_factory
 
 
 eager_task_factory = create_eager_task_factory(Task)

@@ -274,3 +274,15 @@ async def eager_many_tasks_all_complete(aio):
     loop.set_task_factory(None)
     res = await aio.gather(*tasks)
     return res == list(range(200))
+
+
+@scenario
+async def eager_factory_has_stdlib_factory_code(aio):
+    # Libraries (anyio) recognize the eager factory by the code object of
+    # stdlib's, captured when they are imported, and read the task
+    # constructor out of its closure.
+    import asyncio as stdlib
+    factory = aio.eager_task_factory
+    return [factory.__code__ is stdlib.eager_task_factory.__code__,
+            factory.__closure__[0].cell_contents is aio.Task,
+            aio.create_eager_task_factory(aio.Task).__code__ is factory.__code__]
