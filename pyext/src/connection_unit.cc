@@ -1,5 +1,7 @@
 #include "pyext/src/connection_unit.h"
 
+#include <sys/socket.h>
+
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -164,9 +166,21 @@ void ConnectionUnit::Close() {
     if (!BufferEmptyLocked()) return;  // connection_lost once it is flushed.
     ++conn_lost_;
     lost_pending_ = true;
+    SendFinLocked();
   }
   Wake();
 }
+
+// The socket itself is closed on the strand (DeliverLost), which may run
+// after the caller's next step at several workers: a caller that then
+// blocks its worker waiting for the peer to see the close (a thread
+// serving the other end, joined) would wait for ever, where stdlib's loop
+// has closed the socket before the caller's next step. Nothing more will be
+// written, so the end of the stream goes to the peer now. Under mu_, while
+// no close was requested before (conn_lost_ was 0): the socket is still
+// open. Errors (not a connected socket: a datagram endpoint, a pipe) are of
+// no consequence.
+void ConnectionUnit::SendFinLocked() { (void)::shutdown(fd_, SHUT_WR); }
 
 void ConnectionUnit::RememberLostContext() {
   {
@@ -217,6 +231,7 @@ void ConnectionUnit::ForceClose(PyObject* exc) {
       ++conn_lost_;
       lost_pending_ = true;
       lost_exc_ = std::exchange(exc, nullptr);
+      SendFinLocked();
     }
   }
   for (PyObject* o : drop) Py_XDECREF(o);
@@ -338,6 +353,11 @@ int Unit_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(Py_TYPE(self));
   Py_VISIT(reinterpret_cast<UnitObject*>(self)->base_extra);
   if (ConnectionUnit* u = UnitOf(self)) Py_VISIT(u->extra_);
+  return PyObject_VisitManagedDict(self, visit, arg);
+}
+
+int Unit_clear(PyObject* self) {
+  PyObject_ClearManagedDict(self);
   return 0;
 }
 
@@ -345,6 +365,7 @@ void Unit_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
   auto* o = reinterpret_cast<UnitObject*>(self);
   if (o->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
+  PyObject_ClearManagedDict(self);
   Py_CLEAR(o->base_extra);
   if (o->unit != nullptr) std::exchange(o->unit, nullptr)->Unref();
   PyTypeObject* type = Py_TYPE(self);
@@ -468,6 +489,11 @@ PyMethodDef* WithUnitMethods(const PyMethodDef* own) {
   all->push_back({nullptr, nullptr, 0, nullptr});
   return all->data();
 }
+
+PyGetSetDef unit_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
 
 PyMemberDef unit_members[] = {
     {"__weaklistoffset__", Py_T_PYSSIZET, offsetof(UnitObject, weakreflist), Py_READONLY,

@@ -121,6 +121,9 @@ class ConnectionUnit : public runtime::task::Task {
   // connection_lost (if made), then AfterLost(), and lets go of the Python
   // object. Once.
   void DeliverLost();
+  // close() with nothing buffered, abort(): the peer is sent the end of
+  // the stream at once (see the definition). Under mu_.
+  void SendFinLocked();
   // What a type releases after connection_lost (default: nothing).
   virtual void AfterLost() {}
   // Under mu_.
@@ -157,9 +160,15 @@ PyTypeObject* MakeUnitType(PyObject* module, PyType_Spec* spec,
 
 // The slots and methods both transport types share; each type's tables
 // list them beside its own.
+// The types carry an instance dict, as stdlib's transports (Python
+// classes) do: a test can patch a method on one transport
+// (mock.patch.object(transport, "write")), a library can set attributes.
 int Unit_traverse(PyObject* self, visitproc visit, void* arg);
+int Unit_clear(PyObject* self);
 void Unit_dealloc(PyObject* self);
 extern PyMemberDef unit_members[];
+// `__dict__` (the datagram type; the stream type lists it in its own).
+extern PyGetSetDef unit_getset[];
 // A type's own methods (terminated) followed by the shared ones, in
 // storage that lives as long as the process (the type keeps pointing at
 // it).

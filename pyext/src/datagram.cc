@@ -370,9 +370,11 @@ PyObject* Datagram_new_refused(PyTypeObject*, PyObject*, PyObject*) {
 PyType_Slot datagram_slots[] = {
     {Py_tp_dealloc, reinterpret_cast<void*>(Unit_dealloc)},
     {Py_tp_traverse, reinterpret_cast<void*>(Unit_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Unit_clear)},
     {Py_tp_repr, reinterpret_cast<void*>(Datagram_repr)},
     {Py_tp_methods, nullptr},  // WithUnitMethods(datagram_methods), at registration.
     {Py_tp_members, unit_members},
+    {Py_tp_getset, unit_getset},
     {Py_tp_new, reinterpret_cast<void*>(Datagram_new_refused)},
     {0, nullptr},
 };
@@ -381,7 +383,7 @@ PyType_Spec datagram_spec = {
     "mt_asyncio._core.DatagramTransport",
     sizeof(UnitObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_MANAGED_DICT,
     datagram_slots,
 };
 

@@ -732,6 +732,7 @@ PyObject* Transport_protocol_paused(PyObject* self, void*) {
 PyGetSetDef transport_getset[] = {
     {"_start_tls_compatible", Transport_start_tls_compatible, nullptr, nullptr, nullptr},
     {"_protocol_paused", Transport_protocol_paused, nullptr, nullptr, nullptr},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -783,6 +784,7 @@ PyObject* Transport_new_refused(PyTypeObject*, PyObject*, PyObject*) {
 PyType_Slot transport_slots[] = {
     {Py_tp_dealloc, reinterpret_cast<void*>(Unit_dealloc)},
     {Py_tp_traverse, reinterpret_cast<void*>(Unit_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Unit_clear)},
     {Py_tp_repr, reinterpret_cast<void*>(Transport_repr)},
     {Py_tp_methods, nullptr},  // WithUnitMethods(transport_methods), at registration.
     {Py_tp_members, unit_members},
@@ -799,7 +801,7 @@ PyType_Spec transport_spec = {
     "mt_asyncio._core.SocketTransport",
     sizeof(UnitObject),
     0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_MANAGED_DICT,
     transport_slots,
 };
 

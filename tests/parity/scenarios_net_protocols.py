@@ -613,3 +613,52 @@ async def proto_transports_are_asyncio_transports(aio):
     await aio.wait_for(lost, TIMEOUT)
     await _finish(aio, server, sp, cp)
     return kinds
+
+
+async def _peer_after_end(aio, end):
+    """The peer's recv() right after the transport's close()/abort() and
+    one sleep(0), made without yielding to the loop, as a test joining the
+    thread that serves the other end blocks it."""
+    loop = aio.get_running_loop()
+    mine, peer = socket.socketpair()
+    try:
+        transport, _ = await loop.create_connection(aio.Protocol, sock=mine)
+        getattr(transport, end)()
+        await aio.sleep(0)
+        peer.settimeout(TIMEOUT)
+        try:
+            return peer.recv(16)
+        except TimeoutError:
+            return "no end of stream"
+    finally:
+        peer.close()
+
+
+@scenario
+async def peer_sees_end_of_stream_after_abort_and_one_sleep(aio):
+    return await _peer_after_end(aio, "abort")
+
+
+@scenario
+async def peer_sees_end_of_stream_after_close_and_one_sleep(aio):
+    return await _peer_after_end(aio, "close")
+
+
+@scenario
+async def transport_method_patched_on_the_instance(aio):
+    # Tests patch one transport's methods (aiohttp's patch its write());
+    # libraries set attributes on transports.
+    from unittest import mock
+    loop = aio.get_running_loop()
+    mine, peer = socket.socketpair()
+    try:
+        transport, _ = await loop.create_connection(aio.Protocol, sock=mine)
+        seen = []
+        with mock.patch.object(transport, "write", side_effect=seen.append):
+            transport.write(b"x")
+        transport.note = "set"
+        got = [seen, transport.note, "write" in vars(transport)]
+        transport.close()
+        return got
+    finally:
+        peer.close()
