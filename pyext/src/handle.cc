@@ -34,6 +34,9 @@ struct HandleObject {
   PyObject* weakreflist;
   // TimerHandle only.
   double when;
+  // call_at() was given an int: when() and `_when` answer an int, as
+  // stdlib's TimerHandle keeps the value it was given.
+  bool when_is_int;
   // Owned. While armed, the timer holds the unit and the unit holds this
   // handle, so the entry outlives every use the timer makes of it.
   runtime::time::TimerEntry* entry;
@@ -109,6 +112,7 @@ PyObject* NewHandle(PyTypeObject* type, PyObject* loop, PyObject* callback,
   new (&h->cancelled) std::atomic<bool>(false);
   h->weakreflist = nullptr;
   h->when = 0;
+  h->when_is_int = false;
   h->entry = nullptr;
   PyObject_GC_Track(h);
   return reinterpret_cast<PyObject*>(h);
@@ -239,9 +243,15 @@ PyObject* Handle_get_loop(PyObject* self, void*) {
   return Py_NewRef(loop != nullptr ? loop : Py_None);
 }
 
-PyObject* TimerHandle_when(PyObject* self, PyObject*) {
-  return PyFloat_FromDouble(AsHandle(self)->when);
+PyObject* WhenOf(HandleObject* h) {
+  return h->when_is_int ? PyLong_FromDouble(h->when) : PyFloat_FromDouble(h->when);
 }
+
+PyObject* TimerHandle_when(PyObject* self, PyObject*) { return WhenOf(AsHandle(self)); }
+
+// stdlib's TimerHandle keeps its time in `_when`, which libraries read
+// (aiohttp's timeout helpers): the same value, read-only here.
+PyObject* TimerHandle_get_when(PyObject* self, void*) { return WhenOf(AsHandle(self)); }
 
 PyObject* TimerHandle_get_scheduled(PyObject* self, void*) {
   HandleObject* h = AsHandle(self);
@@ -271,6 +281,7 @@ PyMethodDef timer_handle_methods[] = {
 
 PyGetSetDef timer_handle_getset[] = {
     {"_scheduled", TimerHandle_get_scheduled, nullptr, nullptr, nullptr},
+    {"_when", TimerHandle_get_when, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -352,11 +363,12 @@ Clock::time_point DeadlineFor(double when) {
 }
 
 PyObject* ScheduleAt(PyObject* loop, double when, PyObject* callback,
-                     PyObject* args, PyObject* context) {
+                     PyObject* args, PyObject* context, bool when_is_int) {
   PyObject* handle = NewHandle(timer_handle_type, loop, callback, args, context);
   if (handle == nullptr) return nullptr;
   HandleObject* h = AsHandle(handle);
   h->when = when;
+  h->when_is_int = when_is_int;
   h->entry = new runtime::time::TimerEntry();
   auto* unit = new HandleUnit(loop, handle);
   const Clock::time_point deadline = DeadlineFor(when);

@@ -179,8 +179,8 @@ PyObject* Loop_call_soon_threadsafe(PyObject* self, PyObject* const* args,
   return Loop_call_soon_impl(self, args, nargsf, kwnames, "call_soon_threadsafe");
 }
 
-PyObject* ScheduleTimer(PyObject* self, double when, CallArgs& call) {
-  PyObject* handle = ScheduleAt(self, when, call.callback, call.args, call.context);
+PyObject* ScheduleTimer(PyObject* self, double when, CallArgs& call, bool when_is_int = false) {
+  PyObject* handle = ScheduleAt(self, when, call.callback, call.args, call.context, when_is_int);
   Py_DECREF(call.args);
   Py_DECREF(call.context);
   return handle;
@@ -227,7 +227,7 @@ PyObject* Loop_call_at(PyObject* self, PyObject* const* args, Py_ssize_t nargsf,
                 StateOf(self)->debug.load(std::memory_order_relaxed), call) < 0) {
     return nullptr;
   }
-  return ScheduleTimer(self, when, call);
+  return ScheduleTimer(self, when, call, PyLong_CheckExact(args[0]));
 }
 
 PyObject* Loop_time(PyObject*, PyObject*) { return PyFloat_FromDouble(NowSeconds()); }

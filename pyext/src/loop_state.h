@@ -129,7 +129,7 @@ PyObject* ScheduleSoon(PyObject* loop, PyObject* callback, PyObject* args,
                        PyObject* context);
 // call_at: a TimerHandle run at loop time `when`. New reference, or nullptr.
 PyObject* ScheduleAt(PyObject* loop, double when, PyObject* callback,
-                     PyObject* args, PyObject* context);
+                     PyObject* args, PyObject* context, bool when_is_int = false);
 
 // --- callback_batch.cc ---
 

@@ -113,3 +113,27 @@ async def call_later_rejects_what_stdlib_rejects(aio):
     loop = aio.get_running_loop()
     return [observe(loop.call_later, None, print)[:2],
             observe(loop.call_at, None, print)[:2]]
+
+
+@scenario
+async def timer_handle_private_when(aio):
+    # Libraries read stdlib's private `_when` (aiohttp's timeout helpers).
+    loop = aio.get_running_loop()
+    when = loop.time() + 100
+    h = loop.call_at(when, lambda: None)
+    before = [h._when == when, h._scheduled]
+    h.cancel()
+    return [before, h._when == when]
+
+
+@scenario
+async def call_at_keeps_an_int_when(aio):
+    loop = aio.get_running_loop()
+    when = math.ceil(loop.time()) + 100
+    h = loop.call_at(when, lambda: None)
+    later = loop.call_later(100, lambda: None)
+    got = [type(h.when()).__name__, type(h._when).__name__, h.when() == when,
+           type(later.when()).__name__]
+    h.cancel()
+    later.cancel()
+    return got
