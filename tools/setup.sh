@@ -28,6 +28,20 @@ LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio
 # h2 (pure Python HTTP/2): the control plane's fuzz suite crafts requests
 # with it.
 TEST_PACKAGES=(h2)
+# The upstream suites (tests/upstream): anyio's and aiohttp's own tests/,
+# from the source distributions of the versions installed here, with the
+# test requirements they list (anyio's "test" dependency group, aiohttp's
+# requirements/test-ft.in) that install here. Left out: coverage tools and
+# pytest-xdist (not used by the runner), mypy and python-on-whales (their
+# type-check and Autobahn jobs are not run), isal (no wheel for 3.14), and
+# Brotli, whose extension does not declare free-threading support: once
+# imported it turns the GIL back on for the whole process, which would
+# make every later test (and //pyext:bench, through aiohttp) serial.
+UPSTREAM_SUITES=(anyio aiohttp)
+UPSTREAM_TEST_PACKAGES=(blockbuster hypothesis psutil pytest-mock pytest-timeout
+                        trustme truststore freezegun pkgconfig "proxy.py>=2.4.4rc5"
+                        gunicorn zlib_ng pytest-codspeed aiodns)
+UPSTREAM_DIR="${HOME:-/root}/.cache/mt_asyncio/upstream"
 # Peers //pyext:bench measures against: uvloop, rloop and tonio in the
 # same interpreter (their import names are their own); the
 # seed's own implementation (import name mt_asyncio, like ours) in a venv
@@ -80,6 +94,32 @@ if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, http
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     "${LIB_PACKAGES[@]}" "${BENCH_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
 fi
+if ! "$python" -c "import blockbuster, hypothesis, psutil, pytest_mock, pytest_timeout, trustme, truststore, freezegun, pkgconfig, proxy, gunicorn, zlib_ng, pytest_codspeed, aiodns" 2>/dev/null; then
+  echo "setup: installing the upstream suites' test requirements into $python"
+  "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    "${UPSTREAM_TEST_PACKAGES[@]}" ||
+    echo "setup: note: some upstream test requirements did not install; tests needing them fail on both backends"
+fi
+# Their sources, unpacked under $UPSTREAM_DIR/<name>-<version>/. The
+# sdist's own package directory is removed, so that the tests import the
+# installed library (with its compiled extensions), never the sources.
+mkdir -p "$UPSTREAM_DIR"
+for suite in "${UPSTREAM_SUITES[@]}"; do
+  version=$("$python" -c "import importlib.metadata as m; print(m.version('$suite'))" 2>/dev/null) || continue
+  target="$UPSTREAM_DIR/$suite-$version"
+  [ -d "$target/tests" ] && continue
+  echo "setup: the source distribution of $suite $version (its tests/) into $target"
+  download=$(mktemp -d)
+  if "$python" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps \
+       -d "$download" "$suite==$version" &&
+     tar -xzf "$download"/*.tar.gz -C "$download"; then
+    rm -rf "$target" && mv "$download/$suite-$version" "$target"
+    rm -rf "$target/$suite" "$target/src/$suite"
+  else
+    echo "setup: note: could not download $suite's sources; tests/upstream skips its suite"
+  fi
+  rm -rf "$download"
+done
 if [ "$free_threaded" = 1 ] && [ ! -x "$SEED_VENV/bin/python" ]; then
   echo "setup: the seed's implementation ($SEED_PACKAGE) into $SEED_VENV (benchmarks only)"
   if ! { "$python" -m venv "$SEED_VENV" &&
