@@ -378,6 +378,36 @@ bool TakeFinalCancel(FutureObject* fut, void* arg) {
   return false;
 }
 
+// stdlib's wakeup reads the awaited future's result before the step it
+// schedules; when a cancel lands in between (the future was already done,
+// so cancel() set _must_cancel) that step throws CancelledError, and the
+// future's exception has been retrieved. Ours is read by the coroutine's
+// own `await`, which the CancelledError skips: mark it retrieved here, or
+// "Future exception was never retrieved" is reported for it (aiohttp's
+// drain waiter, failed by connection_lost just before it cancels the
+// handler task).
+void MarkWaiterRetrieved(PyObject* waiter) {
+  if (PyObject_TypeCheck(waiter, FutureType())) {
+    Py_BEGIN_CRITICAL_SECTION(waiter);
+    reinterpret_cast<FutureObject*>(waiter)->log_traceback = false;
+    Py_END_CRITICAL_SECTION();
+    return;
+  }
+  // A foreign future (stdlib's): its exception() marks it retrieved.
+  PyObject* raised = PyErr_GetRaisedException();
+  PyObject* done = PyObject_CallMethod(waiter, "done", nullptr);
+  const int is_done = done == nullptr ? -1 : PyObject_IsTrue(done);
+  Py_XDECREF(done);
+  if (is_done > 0) {
+    PyObject* cancelled = PyObject_CallMethod(waiter, "cancelled", nullptr);
+    const int is_cancelled = cancelled == nullptr ? -1 : PyObject_IsTrue(cancelled);
+    Py_XDECREF(cancelled);
+    if (is_cancelled == 0) Py_XDECREF(PyObject_CallMethod(waiter, "exception", nullptr));
+  }
+  PyErr_Clear();
+  PyErr_SetRaisedException(raised);
+}
+
 // One step. Returns true when the task is done.
 bool StepTask(PyObject* self) {
   TaskObject* t = AsTask(self);
@@ -397,6 +427,7 @@ bool StepTask(PyObject* self) {
     msg = Py_XNewRef(t->must_cancel_msg);
   }
   Py_END_CRITICAL_SECTION();
+  if (must_cancel && old_waiter != nullptr && !done) MarkWaiterRetrieved(old_waiter);
   Py_XDECREF(old_waiter);  // Outside the section: a decref may run Python.
   if (done) {
     Py_XDECREF(exc);

@@ -198,3 +198,37 @@ async def loop_still_usable_after_errors(aio):
                 lambda: aio.create_task(None)):
         observe(bad)
     return await aio.gather(value_after(aio, "ok"), value_after(aio, "still"))
+
+
+@scenario
+async def cancel_after_the_awaited_future_failed_retrieves_its_error(aio):
+    # The future a task awaits fails, and the task is cancelled before it
+    # resumes: the task ends cancelled, and the future's exception counts
+    # as retrieved (no "Future exception was never retrieved"), as aiohttp
+    # relies on when connection_lost fails a drain waiter and then cancels
+    # the handler.
+    import gc
+    loop = aio.get_running_loop()
+    reports = []
+    loop.set_exception_handler(lambda _loop, ctx: reports.append(ctx["message"]))
+    try:
+        fut = loop.create_future()
+
+        async def waiter():
+            await fut
+
+        task = aio.create_task(waiter())
+        await aio.sleep(0)
+        fut.set_exception(ConnectionError("lost"))
+        task.cancel()
+        try:
+            await task
+            outcome = "returned"
+        except aio.CancelledError:
+            outcome = "cancelled"
+        del fut, task
+        gc.collect()
+        await aio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(None)
+    return [outcome, reports]
