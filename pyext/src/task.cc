@@ -393,17 +393,10 @@ void MarkWaiterRetrieved(PyObject* waiter) {
     Py_END_CRITICAL_SECTION();
     return;
   }
-  // A foreign future (stdlib's): its exception() marks it retrieved.
+  // A foreign future (stdlib's): its exception() marks it retrieved (and
+  // raises, cleared here, if it was cancelled or is still pending).
   PyObject* raised = PyErr_GetRaisedException();
-  PyObject* done = PyObject_CallMethod(waiter, "done", nullptr);
-  const int is_done = done == nullptr ? -1 : PyObject_IsTrue(done);
-  Py_XDECREF(done);
-  if (is_done > 0) {
-    PyObject* cancelled = PyObject_CallMethod(waiter, "cancelled", nullptr);
-    const int is_cancelled = cancelled == nullptr ? -1 : PyObject_IsTrue(cancelled);
-    Py_XDECREF(cancelled);
-    if (is_cancelled == 0) Py_XDECREF(PyObject_CallMethod(waiter, "exception", nullptr));
-  }
+  Py_XDECREF(PyObject_CallMethod(waiter, "exception", nullptr));
   PyErr_Clear();
   PyErr_SetRaisedException(raised);
 }

@@ -189,7 +189,7 @@ def run_with_rerun(suite, source, backend, workers, args, log, skip=()):
     return results, ok
 
 
-def summarize(suite, version, std, mt_runs, known, workers_n):
+def summarize(suite, version, std, mt_runs, known):
     """Prints the suite's lines; returns (problems, {"1"|"N": (ok, total)})."""
     stdlib_passed = {t for t, r in std.items() if r["outcome"] == "pass"}
     # Tests that built a loop of stdlib's on stdlib's run: on ours each
@@ -296,7 +296,7 @@ def main():
                     if s == suite and k == key and reason.lower().startswith("not run:")]
             results, _ = run_with_rerun(suite, source, "mt", w, args, log, skip)
             mt_runs.append((str(w), results))
-        problems, counts = summarize(suite, version, std, mt_runs, known, args.workers)
+        problems, counts = summarize(suite, version, std, mt_runs, known)
         print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
         for p in problems:
             print("  PROBLEM " + p, flush=True)
