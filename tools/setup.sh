@@ -105,15 +105,15 @@ fi
 # installed library (with its compiled extensions), never the sources.
 mkdir -p "$UPSTREAM_DIR"
 for suite in "${UPSTREAM_SUITES[@]}"; do
-  version=$("$python" -c "import importlib.metadata as m; print(m.version('$suite'))" 2>/dev/null) || continue
-  target="$UPSTREAM_DIR/$suite-$version"
+  suite_version=$("$python" -c "import importlib.metadata as m; print(m.version('$suite'))" 2>/dev/null) || continue
+  target="$UPSTREAM_DIR/$suite-$suite_version"
   [ -d "$target/tests" ] && continue
-  echo "setup: the source distribution of $suite $version (its tests/) into $target"
+  echo "setup: the source distribution of $suite $suite_version (its tests/) into $target"
   download=$(mktemp -d)
   if "$python" -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps \
-       -d "$download" "$suite==$version" &&
+       -d "$download" "$suite==$suite_version" &&
      tar -xzf "$download"/*.tar.gz -C "$download"; then
-    rm -rf "$target" && mv "$download/$suite-$version" "$target"
+    rm -rf "$target" && mv "$download/$suite-$suite_version" "$target"
     rm -rf "$target/$suite" "$target/src/$suite"
   else
     echo "setup: note: could not download $suite's sources; tests/upstream skips its suite"
