@@ -5,6 +5,7 @@ import asyncio.locks
 import asyncio.queues
 import asyncio.subprocess
 import asyncio.tasks
+import threading
 
 import pytest
 
@@ -102,6 +103,57 @@ def test_waiter_callback_added_first_runs_before_the_task_resumes(threads):
     for first, second in asyncio.run(main(), threads=threads):
         assert first == [("callback", False)]
         assert second == [("callback", False), ("callback", True)]
+
+
+def _cancel_from_off_the_main_strand(aio, **run_kwargs):
+    """A task made from another thread (run_coroutine_threadsafe: off the
+    main task's strand) cancels a task of the main strand, then schedules
+    a callback and yields: what order do the three run in?"""
+    log = []
+
+    async def main():
+        loop = aio.get_running_loop()
+        fut = loop.create_future()
+
+        async def host():
+            try:
+                await fut
+            except aio.CancelledError:
+                log.append("host resumed")
+
+        host_task = aio.create_task(host())
+        await aio.sleep(0)
+
+        async def canceller():
+            host_task.cancel()
+            loop.call_soon(log.append, "callback")
+            await aio.sleep(0)
+            log.append("canceller resumed")
+
+        box = []
+        maker = threading.Thread(target=lambda: box.append(
+            aio.run_coroutine_threadsafe(canceller(), loop)))
+        maker.start()
+        maker.join(10)
+        await aio.wrap_future(box[0])
+        await host_task
+
+    aio.run(main(), **run_kwargs)
+    return log
+
+
+def test_a_wake_held_for_the_end_of_a_step_keeps_its_place():
+    # anyio's cancel scope relies on this order: the cancelled host task
+    # leaves its scope before the scope's next delivery (a call_soon)
+    # cancels what is left in it (test_cancelscope_propagation_when_
+    # abandoned). The host's wake, on the main strand, is held until the
+    # canceller's step ends; it used to go behind the callback and the
+    # canceller's next step.
+    expected = _cancel_from_off_the_main_strand(asyncio)
+    assert expected == ["host resumed", "callback", "canceller resumed"]
+    compat.install()
+    for _ in range(20):
+        assert _cancel_from_off_the_main_strand(asyncio, threads=1) == expected
 
 
 def test_stdlib_loop_still_works_while_installed():

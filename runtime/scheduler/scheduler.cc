@@ -191,6 +191,7 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
     CancelInline(task);
     return;
   }
+  if (Strand::HoldBehindHeldWakes(task, this, kind)) return;
   Worker* w = current_worker;
   if (w != nullptr && w->scheduler == this && kind != task::ScheduleKind::kRemote &&
       w->slot->status.load(std::memory_order_relaxed) == SlotStatus::kRunning) {
@@ -501,7 +502,16 @@ void Scheduler::Worker::Run() {
 
 task::Task* Scheduler::Worker::NextTask() {
   Injector& injector = scheduler->injector_;
-  if (until_global == 0) {
+  // A lone worker keeps asyncio's one queue: what other threads scheduled
+  // (call_soon_threadsafe) waits in the injector, and was scheduled before
+  // whatever this worker queues after seeing it done (a step that waited
+  // for that thread, then yielded), so it goes first. One atomic load when
+  // the injector is empty.
+  const bool lone_fifo =
+      scheduler->options_.lone_worker_fifo && scheduler->idle_.num_workers() <= 1;
+  if (lone_fifo) {
+    if (task::Task* t = injector.Pop()) return t;
+  } else if (until_global == 0) {
     until_global = scheduler->options_.global_queue_interval;
     --until_global;
     if (task::Task* t = injector.Pop()) return t;

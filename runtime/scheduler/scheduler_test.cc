@@ -276,6 +276,44 @@ TEST_P(SchedulerTest, LoneWorkerRunsWakesInOrder) {
   }
 }
 
+// A lone worker runs what another thread scheduled before what it queues
+// itself after waiting for that thread: a unit that blocks until a thread
+// has woken `remote` (anyio's worker thread: call_soon_threadsafe, then
+// task_done) and then wakes `local` sees `remote` run first, as asyncio's
+// one ready queue would order them.
+TEST_P(SchedulerTest, LoneWorkerRunsRemoteWakesBeforeLaterLocalOnes) {
+  Runtime rt(TestConfig(1, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  std::mutex order_mu;
+  std::string order;
+  auto make = [&](char name) {
+    auto* unit = new LambdaTask(
+        [&, name](LambdaTask*) {
+          std::lock_guard<std::mutex> lock(order_mu);
+          order.push_back(name);
+          return true;
+        },
+        /*scheduled=*/false);
+    unit->set_executor(rt.executor());
+    return unit;
+  };
+  LambdaTask* remote = make('r');
+  LambdaTask* local = make('l');
+  ASSERT_TRUE(rt.Spawn([&] {
+                  std::thread other([&] { remote->Wake(); });
+                  other.join();
+                  local->Wake();
+                }).ok());
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(order_mu);
+    return order.size() == 2;
+  }));
+  EXPECT_EQ(order, "rl");
+  remote->Unref();
+  local->Unref();
+  rt.Shutdown();
+}
+
 TEST_P(SchedulerTest, TimerWakesTaskNotBeforeDeadline) {
   Runtime rt(TestConfig(2, GetParam()));
   ASSERT_TRUE(rt.Start().ok());

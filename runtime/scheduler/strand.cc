@@ -8,10 +8,22 @@ namespace {
 
 thread_local Strand* current_strand = nullptr;
 
-// Strand wakes held by the RunScopes open on this thread (each with a
-// reference to its strand), and how many scopes are open.
-thread_local std::vector<std::pair<Strand*, task::ScheduleKind>> held_wakes;
+// A wake held by a RunScope: of a strand (with a reference to it), or of
+// a plain unit that followed one (Strand::HoldBehindHeldWakes), whose
+// queue reference the entry owns until `target` gets it.
+struct HeldWake {
+  task::Task* task;
+  task::Executor* target;  // nullptr for a strand: it wakes itself.
+  task::ScheduleKind kind;
+};
+
+// The wakes held by the RunScopes open on this thread, how many scopes are
+// open, where the innermost one's entries begin, and whether a scope is
+// handing its entries over now (they go through, not back on the list).
+thread_local std::vector<HeldWake> held_wakes;
 thread_local int open_scopes = 0;
+thread_local std::size_t innermost_start = 0;
+thread_local bool handing_over = false;
 
 // Runs the cancel path of a unit the caller owns the queue's reference of.
 void CancelQueued(task::Task* task) {
@@ -135,7 +147,7 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
   // A remote wake is not held: the scope's owner may block on it.
   if (open_scopes > 0 && current_strand != this && kind != task::ScheduleKind::kRemote) {
     Ref();  // Held until the running unit's scope hands it over.
-    held_wakes.emplace_back(this, kind);
+    held_wakes.push_back(HeldWake{this, nullptr, kind});
     return;
   }
   Wake(kind);
@@ -146,26 +158,50 @@ Strand::CurrentScope::CurrentScope(Strand* strand)
 
 Strand::CurrentScope::~CurrentScope() { current_strand = outer_; }
 
-Strand::RunScope::RunScope() : start_(held_wakes.size()) { ++open_scopes; }
+Strand::RunScope::RunScope()
+    : start_(held_wakes.size()), outer_start_(std::exchange(innermost_start, start_)) {
+  ++open_scopes;
+}
 
 Strand::RunScope::~RunScope() {
   --open_scopes;
-  // Handing over may run nothing here (a wake only queues), so the list
-  // is stable while we walk it.
-  for (std::size_t i = start_; i < held_wakes.size(); ++i) {
-    auto [strand, kind] = held_wakes[i];
-    strand->Wake(kind);
-    strand->Unref();
-  }
+  innermost_start = outer_start_;
+  if (held_wakes.size() == start_) return;
+  // Taken off the list first: what a hand-over runs (a cancel path on a
+  // closed scheduler) may hold wakes of its own in an outer scope.
+  std::vector<HeldWake> mine(held_wakes.begin() + static_cast<std::ptrdiff_t>(start_),
+                             held_wakes.end());
   held_wakes.resize(start_);
+  const bool outer_handing_over = std::exchange(handing_over, true);
+  for (const HeldWake& held : mine) {
+    if (held.target == nullptr) {
+      auto* strand = static_cast<Strand*>(held.task);
+      strand->Wake(held.kind);
+      strand->Unref();
+    } else {
+      held.target->Schedule(held.task, held.kind);
+    }
+  }
+  handing_over = outer_handing_over;
 }
 
 bool Strand::RunScope::HoldsWakeOfDescendantOf(const Strand* strand) const {
   for (std::size_t i = start_; i < held_wakes.size(); ++i) {
-    const Strand* woken = held_wakes[i].first;
+    if (held_wakes[i].target != nullptr) continue;  // A plain unit.
+    const auto* woken = static_cast<const Strand*>(held_wakes[i].task);
     if (woken != strand && strand->Excludes(woken)) return true;
   }
   return false;
+}
+
+bool Strand::HoldBehindHeldWakes(task::Task* task, task::Executor* target,
+                                 task::ScheduleKind kind) {
+  if (handing_over || open_scopes == 0 || held_wakes.size() <= innermost_start ||
+      kind == task::ScheduleKind::kRemote) {
+    return false;
+  }
+  held_wakes.push_back(HeldWake{task, target, kind});
+  return true;
 }
 
 void Strand::OnComplete(task::Task* task) { executor()->OnComplete(task); }

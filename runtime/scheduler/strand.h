@@ -127,8 +127,19 @@ class Strand final : public task::Task, public task::Executor {
     bool HoldsWakeOfDescendantOf(const Strand* strand) const;
 
    private:
-    std::size_t start_;
+    const std::size_t start_;
+    const std::size_t outer_start_;  // The enclosing scope's start_.
   };
+
+  // Called by the target executor for a plain unit (one bound to no
+  // strand) scheduled on this thread: if the innermost RunScope already
+  // holds a wake, the unit is held behind it and handed to `target` in
+  // order, so that what a step schedules keeps its order (a task it woke
+  // on a strand runs before the callback it scheduled next, as on a
+  // one-thread loop). Returns whether it took the unit. Remote wakes are
+  // never held (their scheduler may block on them).
+  static bool HoldBehindHeldWakes(task::Task* task, task::Executor* target,
+                                  task::ScheduleKind kind);
 
  private:
   Strand(Strand* parent, Inherit inherit);

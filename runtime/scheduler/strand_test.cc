@@ -206,6 +206,67 @@ TEST(StrandTest, WakesToOtherStrandsWaitForTheRunThatGaveThem) {
   rt.Shutdown();
 }
 
+// What one unit schedules keeps its order when a strand wake among it is
+// held for the end of the run: a task on a strand it woke (anyio's host
+// task, cancelled by a task off that strand) runs before the plain
+// callback it scheduled next and before its own next step, as on a
+// one-thread loop. (The held wake used to go last.)
+TEST(StrandTest, PlainWakesAfterAHeldStrandWakeKeepTheirOrder) {
+  Runtime rt(TestConfig(1));
+  ASSERT_TRUE(rt.Start().ok());
+  Strand* s = Strand::Create(rt.executor());
+  std::mutex mu;
+  std::string order;
+  auto note = [&](char c) {
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back(c);
+  };
+  std::atomic<int> done{0};
+  auto* on_strand = new LambdaTask(
+      [&](LambdaTask*) {
+        note('s');
+        done.fetch_add(1);
+        return true;
+      },
+      /*scheduled=*/false);
+  on_strand->set_executor(s);
+  auto* plain = new LambdaTask(
+      [&](LambdaTask*) {
+        note('p');
+        done.fetch_add(1);
+        return true;
+      },
+      /*scheduled=*/false);
+  plain->set_executor(rt.executor());
+  int steps = 0;
+  auto* waker = new LambdaTask(
+      [&](LambdaTask* self) {
+        if (++steps == 1) {
+          note('w');
+          on_strand->Wake();
+          plain->Wake();
+          self->Wake(task::ScheduleKind::kYield);  // Its next step goes last.
+          return false;
+        }
+        note('y');
+        done.fetch_add(1);
+        return true;
+      },
+      /*scheduled=*/false);
+  waker->set_executor(rt.executor());
+  waker->Wake();
+  ASSERT_TRUE(Eventually([&] { return done.load() == 3; }));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(order, "wspy");
+  }
+  on_strand->Unref();
+  plain->Unref();
+  waker->Unref();
+  s->Unref();
+  rt.Shutdown();
+}
+
 // A unit that yields (asyncio.sleep(0)) gives way to what it started: a
 // child strand's unit woken in that step runs before the yielding unit's
 // next step, as on asyncio's loop (before, the parent's poll ran the unit
