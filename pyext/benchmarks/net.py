@@ -100,7 +100,7 @@ _served_lock = threading.Lock()
 
 
 def _count_request():
-    ident = threading.get_ident()
+    ident = threading.get_native_id()
     with _served_lock:
         _served[ident] += 1
 

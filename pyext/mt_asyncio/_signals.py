@@ -14,6 +14,7 @@ SIGINT: KeyboardInterrupt), so listening never swallows a signal and a
 second one forces the issue.
 """
 
+import _thread
 import signal
 import threading
 
@@ -35,7 +36,8 @@ def parse(signals):
     except TypeError:
         raise TypeError(
             f"signals must be an iterable of signal numbers, got {signals!r}") from None
-    if wanted and threading.current_thread() is not threading.main_thread():
+    # The OS thread, not the loop's thread a step is told it runs on.
+    if wanted and _thread.get_ident() != threading.main_thread().ident:
         raise ValueError("mt_asyncio.runtime(signals=...) must be called from the main thread")
     return wanted
 

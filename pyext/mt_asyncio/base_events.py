@@ -101,6 +101,9 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         old_hooks = sys.get_asyncgen_hooks()
         self._thread_id = threading.get_ident()
         self._native_thread_id = threading.get_native_id()
+        # Code in this loop's steps is told it runs on this thread
+        # (threading.current_thread()): make sure threading knows it.
+        threading.current_thread()
         sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook,
                                finalizer=self._asyncgen_finalizer_hook)
         events._set_running_loop(self)

@@ -20,6 +20,7 @@ loop's handler takes the signal while it is installed; removing it hands the
 signal back to the runtime's listener (stdlib would restore the default).
 """
 
+import _thread
 import concurrent.futures
 import errno
 import signal
@@ -70,7 +71,8 @@ class SignalMethods:
     def _on_main_thread(self, fn, *args):
         """fn(*args) on the main thread: here if we are it, else by the main
         thread in run_forever() while this worker waits."""
-        if threading.current_thread() is threading.main_thread():
+        # The OS thread, not the loop's thread a step is told it runs on.
+        if _thread.get_ident() == threading.main_thread().ident:
             return fn(*args)
         if (events._get_running_loop() is not self or
                 self._thread_id != threading.main_thread().ident):

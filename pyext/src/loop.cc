@@ -260,6 +260,7 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
       return nullptr;
     }
     st->running = true;
+    st->home_ident.store(PyThread_get_thread_ident(), std::memory_order_release);
     st->running_flag.store(true, std::memory_order_release);
     release.swap(st->deferred);
   }
@@ -305,6 +306,7 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
     st->running = false;
     st->stop_requested = false;
     st->running_flag.store(false, std::memory_order_release);
+    st->home_ident.store(0, std::memory_order_release);
     calls.swap(st->runner_calls);  // None can be added now.
   }
   // A worker waiting for one of these must not wait forever.
@@ -678,6 +680,10 @@ void SlowCallbackCheck::Done(PyObject* what) {
   PyErr_SetRaisedException(saved);
 }
 
+PyObject* LoopOfThisWorker() { return worker_running_loop; }
+
+void ForgetLoopOfThisWorker() { worker_running_loop = nullptr; }
+
 bool LoopRunsOnThisThread(PyObject* loop) {
   return worker_running_loop == loop &&
          StateOf(loop)->running_flag.load(std::memory_order_acquire);
@@ -876,6 +882,7 @@ int RegisterLoopTypes(PyObject* module) {
       loop_internal::RegisterHandleTypes(module) < 0) {
     return -1;
   }
+  if (RegisterLoopThreadIdentity(module) < 0) return -1;
   RuntimeHolder::SetBeforePark(ForgetClosedLoopOnThisWorker);
   FutureHooks hooks = GetFutureHooks();
   hooks.schedule_batch = loop_internal::ScheduleBatch;

@@ -137,6 +137,15 @@ class StopAfterCallback {
   bool stop_requested_ = false;
 };
 
+// The loop whose unit this worker polls now (borrowed; nullptr on threads
+// that are not workers, or before a worker's first unit).
+PyObject* LoopOfThisWorker();
+// Drops that pointer without touching the thread's running loop: for a
+// forked child, whose only thread is no longer a worker.
+void ForgetLoopOfThisWorker();
+// Adds _core.loop_thread_ident (loop_thread_identity.cc) to the module.
+int RegisterLoopThreadIdentity(PyObject* module);
+
 // True if this thread is one of `loop`'s workers inside a step or callback.
 bool LoopRunsOnThisThread(PyObject* loop);
 // Whether this thread is the only worker of the runtime that runs `loop`

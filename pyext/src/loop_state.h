@@ -66,6 +66,10 @@ struct LoopState {
   // wins until it is raised. Guarded by mu; strong.
   PyObject* runner_exc = nullptr;
   std::atomic<bool> running_flag{false};
+  // threading.get_ident() of the thread in run_forever() while it runs
+  // the loop, else 0: what Python code in the loop's steps and callbacks
+  // is told its thread is (loop_thread_identity.cc).
+  std::atomic<unsigned long> home_ident{0};
   // Debug mode: callbacks are checked when scheduled (stdlib does the same
   // only in debug mode; otherwise a bad callback fails when it runs).
   std::atomic<bool> debug{false};

@@ -85,7 +85,7 @@ def test_callables_run_on_worker_threads(runtime):
 
     def unit():
         with lock:
-            seen.append((threading.get_ident(), mt_asyncio._core.on_worker_thread()))
+            seen.append((threading.get_native_id(), mt_asyncio._core.on_worker_thread()))
             if len(seen) == n:
                 done.set()
 
@@ -93,7 +93,7 @@ def test_callables_run_on_worker_threads(runtime):
         mt_asyncio._core.spawn(unit)
     assert done.wait(WAIT)
     assert all(on_worker for _, on_worker in seen)
-    assert threading.get_ident() not in {tid for tid, _ in seen}
+    assert threading.get_native_id() not in {tid for tid, _ in seen}
     assert not mt_asyncio._core.on_worker_thread()
 
 

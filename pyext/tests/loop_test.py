@@ -422,7 +422,7 @@ def test_tasks_step_on_several_workers_at_once(loop):
             cpu = time.thread_time()
             spin_cpu(0.02)
             with lock:
-                records.append((threading.get_ident(), time.thread_time() - cpu))
+                records.append((threading.get_native_id(), time.thread_time() - cpu))
             await asyncio.sleep(0)
 
     async def main():

@@ -167,7 +167,7 @@ def test_connections_spread_over_workers():
     async def handler(reader, writer):
         await reader.readexactly(1)
         with lock:
-            threads_seen.add(threading.get_ident())
+            threads_seen.add(threading.get_native_id())
             busy[0] += 1
             busy[1] = max(busy[1], busy[0])
         deadline = time.monotonic() + 0.05

@@ -177,7 +177,7 @@ handler_threads_lock = threading.Lock()
 async def cpu(n: int):
     # CPU work inside the async handler: what the seed's article measures.
     with handler_threads_lock:
-        handler_threads.add(threading.get_ident())
+        handler_threads.add(threading.get_native_id())
     total = 0
     for i in range(n):
         total += i * i

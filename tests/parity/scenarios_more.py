@@ -3,7 +3,9 @@ stack introspection and argument errors."""
 
 import contextvars
 import functools
+import logging
 import sys
+import threading
 
 from harness import aobserve, observe, scenario
 
@@ -485,3 +487,63 @@ async def asyncgen_finalizer_error_goes_to_handler(aio):
     _open_generators.append(gen)
     await gen.__anext__()
     return seen
+
+
+@scenario
+async def loop_code_sees_the_loop_thread(aio):
+    # What libraries check to tell "on the loop's thread?" (anyio's portal,
+    # callbacks asserting the main thread): the thread that runs the loop,
+    # in steps, callbacks and threadsafe callbacks alike; a plain thread is
+    # itself.
+    loop = aio.get_running_loop()
+    home = threading.main_thread()
+
+    def here():
+        return [threading.current_thread() is home,
+                threading.get_ident() == home.ident,
+                threading.current_thread().name]
+
+    seen = []
+
+    async def step():
+        await aio.sleep(0)
+        seen.append(here())
+
+    await aio.gather(*(step() for _ in range(8)))
+    in_callback = loop.create_future()
+    loop.call_soon(lambda: in_callback.set_result(here()))
+    from_thread = loop.create_future()
+    other = []
+
+    def thread_body():
+        other.append(here())
+        loop.call_soon_threadsafe(lambda: from_thread.set_result(here()))
+
+    t = threading.Thread(target=thread_body)
+    t.start()
+    t.join(10)
+    return [seen[0], all(x == seen[0] for x in seen), await in_callback,
+            await from_thread, other[0][:2]]
+
+
+@scenario
+async def log_records_name_the_loop_thread(aio):
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append((record.threadName, record.thread == threading.main_thread().ident))
+
+    log = logging.getLogger("mt_parity_thread_names")
+    log.propagate = False
+    handler = Keep()
+    log.addHandler(handler)
+    try:
+        async def step(i):
+            await aio.sleep(0)
+            log.warning("step %d", i)
+
+        await aio.gather(*(step(i) for i in range(4)))
+    finally:
+        log.removeHandler(handler)
+    return sorted(set(records))
