@@ -31,14 +31,16 @@ TEST_PACKAGES=(h2)
 # The upstream suites (tests/upstream): anyio's and aiohttp's own tests/,
 # from the source distributions of the versions installed here, with the
 # test requirements they list (anyio's "test" dependency group, aiohttp's
-# requirements/test-ft.in) that install here. Left out: coverage tools and
+# requirements/test-ft.in) that install here, and coverage, whose
+# exception class aiohttp's pytest.ini names in a warnings filter (pytest
+# refuses to start when it cannot import it). Left out: pytest-cov and
 # pytest-xdist (not used by the runner), mypy and python-on-whales (their
 # type-check and Autobahn jobs are not run), isal (no wheel for 3.14), and
 # Brotli, whose extension does not declare free-threading support: once
 # imported it turns the GIL back on for the whole process, which would
 # make every later test (and //pyext:bench, through aiohttp) serial.
 UPSTREAM_SUITES=(anyio aiohttp)
-UPSTREAM_TEST_PACKAGES=(blockbuster hypothesis psutil pytest-mock pytest-timeout
+UPSTREAM_TEST_PACKAGES=(coverage blockbuster hypothesis psutil pytest-mock pytest-timeout
                         trustme truststore freezegun pkgconfig "proxy.py>=2.4.4rc5"
                         gunicorn zlib_ng pytest-codspeed aiodns)
 UPSTREAM_DIR="${HOME:-/root}/.cache/mt_asyncio/upstream"
@@ -94,7 +96,7 @@ if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, http
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     "${LIB_PACKAGES[@]}" "${BENCH_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
 fi
-if ! "$python" -c "import blockbuster, hypothesis, psutil, pytest_mock, pytest_timeout, trustme, truststore, freezegun, pkgconfig, proxy, gunicorn, zlib_ng, pytest_codspeed, aiodns" 2>/dev/null; then
+if ! "$python" -c "import coverage.exceptions, blockbuster, hypothesis, psutil, pytest_mock, pytest_timeout, trustme, truststore, freezegun, pkgconfig, proxy, gunicorn, zlib_ng, pytest_codspeed, aiodns" 2>/dev/null; then
   echo "setup: installing the upstream suites' test requirements into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     "${UPSTREAM_TEST_PACKAGES[@]}" ||

@@ -176,15 +176,17 @@ async def stream_drain_pauses_on_full_buffer(aio):
             try:
                 await aio.wait_for(w.drain(), 0.05)
             except TimeoutError:
-                blocked = True
-                break
-        buffered = w.transport.get_write_buffer_size() > 0
+                # Blocked on a full buffer, not on a loaded machine that
+                # did not get to the flush within 50 ms (on either loop).
+                if w.transport.get_write_buffer_size() > 0:
+                    blocked = True
+                    break
         release.set()
         await aio.wait_for(w.drain(), TIMEOUT)
         w.write_eof()
         total = await aio.wait_for(r.read(), TIMEOUT)
         await close_writer(aio, w)
-        return [blocked, buffered, int(total) % 65536 == 0]
+        return [blocked, int(total) % 65536 == 0]
 
 
 @scenario
