@@ -22,16 +22,11 @@ __path__ = _pkgutil.extend_path(__path__, __name__)
 from . import _core  # noqa: E402
 from . import _admin  # noqa: E402
 
-import threading as _threading  # noqa: E402
+from . import _thread_identity  # noqa: E402
 
-# A loop's steps and callbacks run on workers, yet code in them is told the
-# ident of the loop's own thread (the one in run_forever()), as on stdlib:
-# libraries decide "am I on the loop's thread?" with threading.get_ident()
-# and current_thread(). Installed at import so that a library importing
-# the name later (``from threading import get_ident``) gets it too; outside
-# a running loop's work it is the plain ident. See
-# pyext/src/loop_thread_identity.cc.
-_threading.get_ident = _core.loop_thread_ident
+# threading.get_ident()/current_thread() in a loop's steps name the loop's
+# thread, as on stdlib (see _thread_identity).
+_thread_identity.install()
 
 __version__ = "0.1.0"
 __all__ = ["build_info", "runtime", "runtime_info", "start_runtime",

@@ -257,3 +257,31 @@ def test_loop_signal_handler_takes_a_listed_signal_while_installed():
     assert proc.stdout.strip() == (
         "CancelledError:mt_asyncio runtime shutdown (SIGTERM)"
         "|['loop handler ran', True, 'cancelled']|True")
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_signal_signal_from_a_step_of_the_main_threads_loop(threads):
+    # A step of the main thread's loop is told it runs on the main thread
+    # (threading.current_thread()), so the main-thread-only calls must work
+    # there as they do on stdlib: uvicorn checks current_thread() and then
+    # installs its handlers with signal.signal(). They run on the thread in
+    # run_forever(), and so does the handler when the signal comes.
+    proc = run_child(f"""
+        got = []
+        async def install_and_raise():
+            await asyncio.sleep(0)
+            on_main = threading.current_thread() is threading.main_thread()
+            previous = signal.signal(signal.SIGUSR2, lambda *a: got.append(
+                threading.get_native_id() == threading.main_thread().native_id))
+            os.kill(os.getpid(), signal.SIGUSR2)
+            for _ in range(200):
+                if got:
+                    break
+                await asyncio.sleep(0.01)
+            signal.signal(signal.SIGUSR2, previous)
+            signal.set_wakeup_fd(signal.set_wakeup_fd(-1))  # ValueError off main.
+            return on_main, got
+        print(asyncio.run(install_and_raise(), threads={threads}))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[0] == "(True, [True])", proc.stdout
