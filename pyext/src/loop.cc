@@ -438,6 +438,7 @@ void Loop_dealloc(PyObject* self) {
   if (loop->st != nullptr) {
     // Deferred units hold a reference to this loop, so none is left here.
     Py_XDECREF(loop->st->runner_exc);
+    for (auto* strand : loop->st->serial_strands) strand->Unref();
     delete loop->st;
     loop->st = nullptr;
   }
@@ -588,7 +589,17 @@ task::Executor* LoopExecutor(PyObject* loop) {
   // A connection's strand is its own loop's: another loop's work made in
   // one of its callbacks is not serialized with it.
   if (strand != nullptr && strand->inherits() && !ForeignToThisWorker(loop)) return strand;
-  return StateOf(loop)->runtime->executor();
+  LoopState* st = StateOf(loop);
+  if (auto* serial = st->serial_strand.load(std::memory_order_acquire)) return serial;
+  return st->runtime->executor();
+}
+
+void LoopAdoptSerialStrand(PyObject* loop, runtime::scheduler::Strand* strand) {
+  LoopState* st = StateOf(loop);
+  strand->Ref();
+  std::lock_guard<std::mutex> lock(st->mu);
+  st->serial_strands.push_back(strand);
+  st->serial_strand.store(strand, std::memory_order_release);
 }
 
 FdTable& LoopFds(PyObject* loop) { return StateOf(loop)->fds; }

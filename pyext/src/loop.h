@@ -8,6 +8,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "runtime/runtime.h"
+#include "runtime/scheduler/strand.h"
 #include "runtime/task/task.h"
 
 namespace mt::pyext {
@@ -136,6 +137,11 @@ class StopAfterCallback {
   StopAfterCallback* const outer_;
   bool stop_requested_ = false;
 };
+
+// Makes `strand` (a serial main task's, serial_tasks.cc) the one that work
+// scheduled on `loop` from outside its strands joins (LoopState::
+// serial_strand); the loop keeps a reference until it is freed.
+void LoopAdoptSerialStrand(PyObject* loop, runtime::scheduler::Strand* strand);
 
 // The loop whose unit this worker polls now (borrowed; nullptr on threads
 // that are not workers, or before a worker's first unit).

@@ -22,6 +22,7 @@
 #include "pyext/src/future.h"
 #include "pyext/src/loop.h"
 #include "runtime/runtime.h"
+#include "runtime/scheduler/strand.h"
 #include "runtime/task/task.h"
 
 namespace mt::pyext::loop_internal {
@@ -70,6 +71,16 @@ struct LoopState {
   // the loop, else 0: what Python code in the loop's steps and callbacks
   // is told its thread is (loop_thread_identity.cc).
   std::atomic<unsigned long> home_ident{0};
+  // Under compat.install()'s serial tasks: the strand of the main task of
+  // the loop's latest asyncio.run()/Runner.run() (serial_tasks.cc). What
+  // is scheduled from outside any strand of this loop (another thread's
+  // call_soon_threadsafe / run_coroutine_threadsafe, a step of another
+  // loop) joins it, as everything shares one thread on stdlib's loop:
+  // anyio's portal tasks touch its cancel scopes' sets with the program's
+  // own tasks. Readers take no lock, so each strand the loop ever had
+  // keeps a reference in serial_strands until the loop is freed.
+  std::atomic<runtime::scheduler::Strand*> serial_strand{nullptr};
+  std::vector<runtime::scheduler::Strand*> serial_strands;  // Guarded by mu.
   // Debug mode: callbacks are checked when scheduled (stdlib does the same
   // only in debug mode; otherwise a bad callback fails when it runs).
   std::atomic<bool> debug{false};

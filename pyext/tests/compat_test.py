@@ -142,18 +142,21 @@ def _cancel_from_off_the_main_strand(aio, **run_kwargs):
     return log
 
 
-def test_a_wake_held_for_the_end_of_a_step_keeps_its_place():
+@pytest.mark.parametrize("threads", [1, 4])
+def test_work_from_another_thread_joins_the_main_strand_in_order(threads):
     # anyio's cancel scope relies on this order: the cancelled host task
     # leaves its scope before the scope's next delivery (a call_soon)
     # cancels what is left in it (test_cancelscope_propagation_when_
-    # abandoned). The host's wake, on the main strand, is held until the
-    # canceller's step ends; it used to go behind the callback and the
-    # canceller's next step.
+    # abandoned). The task run_coroutine_threadsafe makes joins the main
+    # task's strand (at 4 workers it ran beside it, and anyio's cancel
+    # scopes' sets changed size under iteration); the host's wake, held
+    # until the canceller's step ends, keeps its place before the callback
+    # and the canceller's next step (it used to go behind both).
     expected = _cancel_from_off_the_main_strand(asyncio)
     assert expected == ["host resumed", "callback", "canceller resumed"]
     compat.install()
     for _ in range(20):
-        assert _cancel_from_off_the_main_strand(asyncio, threads=1) == expected
+        assert _cancel_from_off_the_main_strand(asyncio, threads=threads) == expected
 
 
 def test_stdlib_loop_still_works_while_installed():

@@ -55,6 +55,8 @@ class Scheduler::Worker {
   // Ticks left until the next fairness look at the injector and the next
   // reactor poll (countdowns: no division on the hot path).
   std::uint32_t until_global = 0;
+  // Units a lone worker took from the injector in a row (see NextTask).
+  std::uint32_t injector_streak = 0;
   std::uint32_t until_event = 0;
   std::uint32_t rng;
 
@@ -506,11 +508,19 @@ task::Task* Scheduler::Worker::NextTask() {
   // (call_soon_threadsafe) waits in the injector, and was scheduled before
   // whatever this worker queues after seeing it done (a step that waited
   // for that thread, then yielded), so it goes first. One atomic load when
-  // the injector is empty.
+  // the injector is empty. A thread that keeps the injector full cannot
+  // starve the local queue: after global_queue_interval injector units in
+  // a row, a local one runs.
   const bool lone_fifo =
       scheduler->options_.lone_worker_fifo && scheduler->idle_.num_workers() <= 1;
   if (lone_fifo) {
-    if (task::Task* t = injector.Pop()) return t;
+    if (injector_streak < scheduler->options_.global_queue_interval) {
+      if (task::Task* t = injector.Pop()) {
+        ++injector_streak;
+        return t;
+      }
+    }
+    injector_streak = 0;
   } else if (until_global == 0) {
     until_global = scheduler->options_.global_queue_interval;
     --until_global;

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -311,6 +312,51 @@ TEST_P(SchedulerTest, LoneWorkerRunsRemoteWakesBeforeLaterLocalOnes) {
   EXPECT_EQ(order, "rl");
   remote->Unref();
   local->Unref();
+  rt.Shutdown();
+}
+
+// ... but a full injector does not starve what the lone worker queued:
+// after global_queue_interval (31) units from the injector, a local one.
+TEST_P(SchedulerTest, LoneWorkerDoesNotStarveItsQueueBehindTheInjector) {
+  Runtime rt(TestConfig(1, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  constexpr int kRemote = 100;
+  std::mutex order_mu;
+  std::vector<int> order;  // -1: the local unit.
+  std::vector<LambdaTask*> units;
+  for (int i = -1; i < kRemote; ++i) {
+    auto* unit = new LambdaTask(
+        [&, i](LambdaTask*) {
+          std::lock_guard<std::mutex> lock(order_mu);
+          order.push_back(i);
+          return true;
+        },
+        /*scheduled=*/false);
+    unit->set_executor(rt.executor());
+    units.push_back(unit);
+  }
+  ASSERT_TRUE(rt.Spawn([&] {
+                  std::thread other([&] {
+                    for (int i = 1; i <= kRemote; ++i) units[i]->Wake();
+                  });
+                  other.join();
+                  units[0]->Wake();
+                }).ok());
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(order_mu);
+    return order.size() == kRemote + 1;
+  }));
+  {
+    std::lock_guard<std::mutex> lock(order_mu);
+    const auto local = std::find(order.begin(), order.end(), -1) - order.begin();
+    // The spawned unit itself came from the injector too.
+    EXPECT_GE(local, 1);
+    EXPECT_LE(local, 31);
+    for (int i = 0; i < kRemote; ++i) {
+      EXPECT_EQ(order[i < local ? i : i + 1], i) << "remote units keep their order";
+    }
+  }
+  for (LambdaTask* unit : units) unit->Unref();
   rt.Shutdown();
 }
 
