@@ -241,6 +241,44 @@ TEST_P(SchedulerTest, PingPongPairCannotStarveTheQueue) {
   rt.Shutdown();
 }
 
+// Idle units that record, in the order they run, the name each was made
+// with; they are unreferenced with the recorder.
+template <typename Name>
+class RunOrder {
+ public:
+  explicit RunOrder(Runtime& rt) : rt_(rt) {}
+  ~RunOrder() {
+    for (LambdaTask* unit : units_) unit->Unref();
+  }
+  LambdaTask* Unit(Name name) {
+    auto* unit = new LambdaTask(
+        [this, name](LambdaTask*) {
+          std::lock_guard<std::mutex> lock(mu_);
+          order_.push_back(name);
+          return true;
+        },
+        /*scheduled=*/false);
+    unit->set_executor(rt_.executor());
+    units_.push_back(unit);
+    return unit;
+  }
+  // Waits (bounded) until every unit made has run; returns the order.
+  std::vector<Name> AllRun() {
+    EXPECT_TRUE(Eventually([&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return order_.size() == units_.size();
+    }));
+    std::lock_guard<std::mutex> lock(mu_);
+    return order_;
+  }
+
+ private:
+  Runtime& rt_;
+  std::vector<LambdaTask*> units_;
+  std::mutex mu_;
+  std::vector<Name> order_;
+};
+
 // One worker runs what it woke in the order it woke it, as asyncio's one
 // thread runs its ready queue; with lone_worker_fifo off, the last wake
 // takes the LIFO slot and runs first (the multi-worker rule).
@@ -250,29 +288,16 @@ TEST_P(SchedulerTest, LoneWorkerRunsWakesInOrder) {
     config.lone_worker_fifo = fifo;
     Runtime rt(config);
     ASSERT_TRUE(rt.Start().ok());
-    std::mutex order_mu;
-    std::string order;
-    std::vector<LambdaTask*> units;
-    for (char name : {'x', 'y', 'z'}) {
-      auto* unit = new LambdaTask(
-          [&, name](LambdaTask*) {
-            std::lock_guard<std::mutex> lock(order_mu);
-            order.push_back(name);
-            return true;
-          },
-          /*scheduled=*/false);
-      unit->set_executor(rt.executor());
-      units.push_back(unit);
+    {
+      RunOrder<char> run(rt);
+      std::vector<LambdaTask*> units = {run.Unit('x'), run.Unit('y'), run.Unit('z')};
+      ASSERT_TRUE(rt.Spawn([&] {
+                      for (LambdaTask* unit : units) unit->Wake();
+                    }).ok());
+      const std::vector<char> order = run.AllRun();
+      EXPECT_EQ(std::string(order.begin(), order.end()), fifo ? "xyz" : "zxy")
+          << "lone_worker_fifo=" << fifo;
     }
-    ASSERT_TRUE(rt.Spawn([&] {
-                    for (LambdaTask* unit : units) unit->Wake();
-                  }).ok());
-    ASSERT_TRUE(Eventually([&] {
-      std::lock_guard<std::mutex> lock(order_mu);
-      return order.size() == 3;
-    }));
-    EXPECT_EQ(order, fifo ? "xyz" : "zxy") << "lone_worker_fifo=" << fifo;
-    for (LambdaTask* unit : units) unit->Unref();
     rt.Shutdown();
   }
 }
@@ -285,33 +310,17 @@ TEST_P(SchedulerTest, LoneWorkerRunsWakesInOrder) {
 TEST_P(SchedulerTest, LoneWorkerRunsRemoteWakesBeforeLaterLocalOnes) {
   Runtime rt(TestConfig(1, GetParam()));
   ASSERT_TRUE(rt.Start().ok());
-  std::mutex order_mu;
-  std::string order;
-  auto make = [&](char name) {
-    auto* unit = new LambdaTask(
-        [&, name](LambdaTask*) {
-          std::lock_guard<std::mutex> lock(order_mu);
-          order.push_back(name);
-          return true;
-        },
-        /*scheduled=*/false);
-    unit->set_executor(rt.executor());
-    return unit;
-  };
-  LambdaTask* remote = make('r');
-  LambdaTask* local = make('l');
-  ASSERT_TRUE(rt.Spawn([&] {
-                  std::thread other([&] { remote->Wake(); });
-                  other.join();
-                  local->Wake();
-                }).ok());
-  ASSERT_TRUE(Eventually([&] {
-    std::lock_guard<std::mutex> lock(order_mu);
-    return order.size() == 2;
-  }));
-  EXPECT_EQ(order, "rl");
-  remote->Unref();
-  local->Unref();
+  {
+    RunOrder<char> run(rt);
+    LambdaTask* remote = run.Unit('r');
+    LambdaTask* local = run.Unit('l');
+    ASSERT_TRUE(rt.Spawn([&] {
+                    std::thread other([&] { remote->Wake(); });
+                    other.join();
+                    local->Wake();
+                  }).ok());
+    EXPECT_EQ(run.AllRun(), (std::vector<char>{'r', 'l'}));
+  }
   rt.Shutdown();
 }
 
@@ -321,42 +330,28 @@ TEST_P(SchedulerTest, LoneWorkerDoesNotStarveItsQueueBehindTheInjector) {
   Runtime rt(TestConfig(1, GetParam()));
   ASSERT_TRUE(rt.Start().ok());
   constexpr int kRemote = 100;
-  std::mutex order_mu;
-  std::vector<int> order;  // -1: the local unit.
-  std::vector<LambdaTask*> units;
-  for (int i = -1; i < kRemote; ++i) {
-    auto* unit = new LambdaTask(
-        [&, i](LambdaTask*) {
-          std::lock_guard<std::mutex> lock(order_mu);
-          order.push_back(i);
-          return true;
-        },
-        /*scheduled=*/false);
-    unit->set_executor(rt.executor());
-    units.push_back(unit);
-  }
-  ASSERT_TRUE(rt.Spawn([&] {
-                  std::thread other([&] {
-                    for (int i = 1; i <= kRemote; ++i) units[i]->Wake();
-                  });
-                  other.join();
-                  units[0]->Wake();
-                }).ok());
-  ASSERT_TRUE(Eventually([&] {
-    std::lock_guard<std::mutex> lock(order_mu);
-    return order.size() == kRemote + 1;
-  }));
   {
-    std::lock_guard<std::mutex> lock(order_mu);
-    const auto local = std::find(order.begin(), order.end(), -1) - order.begin();
+    RunOrder<int> run(rt);
+    LambdaTask* local = run.Unit(-1);
+    std::vector<LambdaTask*> remote;
+    for (int i = 0; i < kRemote; ++i) remote.push_back(run.Unit(i));
+    ASSERT_TRUE(rt.Spawn([&] {
+                    std::thread other([&] {
+                      for (LambdaTask* unit : remote) unit->Wake();
+                    });
+                    other.join();
+                    local->Wake();
+                  }).ok());
+    const std::vector<int> order = run.AllRun();
+    ASSERT_EQ(order.size(), kRemote + 1u);
+    const auto at = std::find(order.begin(), order.end(), -1) - order.begin();
     // The spawned unit itself came from the injector too.
-    EXPECT_GE(local, 1);
-    EXPECT_LE(local, 31);
+    EXPECT_GE(at, 1);
+    EXPECT_LE(at, 31);
     for (int i = 0; i < kRemote; ++i) {
-      EXPECT_EQ(order[i < local ? i : i + 1], i) << "remote units keep their order";
+      EXPECT_EQ(order[i < at ? i : i + 1], i) << "remote units keep their order";
     }
   }
-  for (LambdaTask* unit : units) unit->Unref();
   rt.Shutdown();
 }
 
