@@ -14,11 +14,11 @@ SIGINT: KeyboardInterrupt), so listening never swallows a signal and a
 second one forces the issue.
 """
 
-import _thread
 import signal
 import threading
 
 from . import _core
+from . import _thread_identity
 
 # Signal -> the handler installed before ours.
 _previous = {}
@@ -36,8 +36,7 @@ def parse(signals):
     except TypeError:
         raise TypeError(
             f"signals must be an iterable of signal numbers, got {signals!r}") from None
-    # The OS thread, not the loop's thread a step is told it runs on.
-    if wanted and _thread.get_ident() != threading.main_thread().ident:
+    if wanted and not _thread_identity.on_main_os_thread():
         raise ValueError("mt_asyncio.runtime(signals=...) must be called from the main thread")
     return wanted
 

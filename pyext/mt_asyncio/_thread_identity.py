@@ -26,14 +26,16 @@ from asyncio import events
 
 from . import _core
 
-_real_get_ident = _thread.get_ident
+def on_main_os_thread():
+    """Whether the calling OS thread is the main thread (not the loop's
+    thread a step is told it runs on)."""
+    return _thread.get_ident() == threading.main_thread().ident
 
 
 def _on_worker_of_main_loop():
     """The running loop, if the caller is a worker told it is the main
     thread (a step of the main thread's loop); else None."""
-    main = threading.main_thread().ident
-    if _real_get_ident() == main or _core.loop_thread_ident() != main:
+    if on_main_os_thread() or _core.loop_thread_ident() != threading.main_thread().ident:
         return None
     loop = events._get_running_loop()
     return loop if hasattr(loop, "_on_main_thread") else None

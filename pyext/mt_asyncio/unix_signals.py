@@ -20,7 +20,6 @@ loop's handler takes the signal while it is installed; removing it hands the
 signal back to the runtime's listener (stdlib would restore the default).
 """
 
-import _thread
 import concurrent.futures
 import errno
 import signal
@@ -33,6 +32,7 @@ from asyncio import coroutines, events
 from asyncio.log import logger
 
 from . import _signals
+from . import _thread_identity
 
 # Signal dispositions and the wakeup fd are the process's: one lock for
 # every loop's changes to them (never held while a handler runs).
@@ -71,8 +71,7 @@ class SignalMethods:
     def _on_main_thread(self, fn, *args):
         """fn(*args) on the main thread: here if we are it, else by the main
         thread in run_forever() while this worker waits."""
-        # The OS thread, not the loop's thread a step is told it runs on.
-        if _thread.get_ident() == threading.main_thread().ident:
+        if _thread_identity.on_main_os_thread():
             return fn(*args)
         if (events._get_running_loop() is not self or
                 self._thread_id != threading.main_thread().ident):

@@ -46,15 +46,13 @@ PyMethodDef thread_identity_methods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-// A forked child's only thread is the one that called fork(): if that was
-// a worker inside a step, the child must see its own ident (threading's
-// after-fork handler re-registers the thread under it).
-void ForgetLoopInForkedChild() { ForgetLoopOfThisWorker(); }
-
 }  // namespace
 
 int RegisterLoopThreadIdentity(PyObject* module) {
-  static const int atfork_rc = pthread_atfork(nullptr, nullptr, ForgetLoopInForkedChild);
+  // A forked child's only thread is the one that called fork(): if that
+  // was a worker inside a step, the child must see its own ident
+  // (threading's after-fork handler re-registers the thread under it).
+  static const int atfork_rc = pthread_atfork(nullptr, nullptr, ForgetLoopOfThisWorker);
   if (atfork_rc != 0) {
     PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
     return -1;
