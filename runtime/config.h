@@ -40,6 +40,10 @@ struct Config {
   // A unit holding a worker longer than this is reported as a stall
   // (0 disables the detector). asyncio's slow_callback_duration is 100 ms.
   std::chrono::milliseconds stall_threshold{100};
+  // When every worker has been held by one unit this long, a stand-in
+  // worker runs queued work of other domains (loops) until one returns
+  // (Scheduler::StartStandIn); 0 never starts one.
+  std::chrono::milliseconds stand_in_after{25};
   // Default grace period of a coordinated shutdown: how long in-flight
   // work may continue after servers stop accepting.
   std::chrono::milliseconds shutdown_grace{5'000};

@@ -96,6 +96,9 @@ class Runtime final : public admin::AdminApi {
   };
   void SampleWorkers(std::vector<WorkerSample>& samples);
   void KeepReactorDriven();
+  void MaybeStartStandIn();
+  // The supervisor's list of held workers in its last sample (its thread only).
+  std::vector<scheduler::Scheduler::HeldWorker> held_workers_;
   void RunShutdown(std::chrono::milliseconds grace);
   // Waits until no tracked task is in flight and the blocking pool is
   // idle, or until `deadline`. Returns true if everything finished.

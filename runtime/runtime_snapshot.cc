@@ -53,6 +53,8 @@ admin::RuntimeSnapshot Runtime::Snapshot() const {
     snap.fds_registered = driver_->io().registered();
   }
   snap.stalls_detected = stalls_detected_.load(std::memory_order_relaxed);
+  snap.stand_ins_started = scheduler_.stand_ins_started();
+  snap.stand_in_units_run = scheduler_.stand_in_units_run();
   snap.dedicated_reactor_polls = reactor_polls_.load(std::memory_order_relaxed);
   const auto started = started_at_.load(std::memory_order_acquire);
   const std::int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -31,10 +31,11 @@ void Runtime::SupervisorMain() {
   // most 25% late), or every 50 ms to keep "running since" estimates for
   // the admin view when the detector is off.
   const std::int64_t threshold_ms = config_.stall_threshold.count();
-  const int scan_ms =
-      threshold_ms > 0
-          ? static_cast<int>(std::max<std::int64_t>(1, threshold_ms / 4))
-          : 50;
+  std::int64_t scan = threshold_ms > 0 ? std::max<std::int64_t>(1, threshold_ms / 4) : 50;
+  // A stand-in starts between stand_in_after and twice that.
+  const std::int64_t stand_in_ms = config_.stand_in_after.count();
+  if (stand_in_ms > 0) scan = std::min(scan, stand_in_ms);
+  const int scan_ms = static_cast<int>(scan);
   while (!supervisor_stop_.load(std::memory_order_acquire)) {
     pollfd p{supervisor_fd_, POLLIN, 0};
     const int n = poll(&p, 1, scan_ms);
@@ -76,26 +77,38 @@ void Runtime::SampleWorkers(std::vector<WorkerSample>& samples) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(
           config_.stall_threshold)
           .count();
+  const std::int64_t stand_in_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(config_.stand_in_after).count();
   const std::size_t n = scheduler_.slot_count();
   if (samples.size() < n) samples.resize(n);
   bool held_since_last_sample = false;
+  // Whether every worker has been held by one unit for stand_in_after.
+  bool all_held = stand_in_ns > 0;
+  held_workers_.clear();
   for (std::size_t i = 0; i < n; ++i) {
     metrics::WorkerMetrics* m = scheduler_.MutableWorkerMetrics(i);
     if (m == nullptr) continue;
     WorkerSample& s = samples[i];
+    const bool active = scheduler_.SlotActive(i);
     const std::uint64_t units = m->units_run.load(std::memory_order_acquire);
     const std::uint64_t id = m->current_task_id.load(std::memory_order_acquire);
     if (id == 0) {
       s = WorkerSample{};
+      if (active) all_held = false;
       continue;
     }
     if (id != s.task_id || units != s.units_run) {
       s = WorkerSample{.task_id = id, .units_run = units, .first_seen_ns = now};
       m->since_units_run.store(units, std::memory_order_relaxed);
       m->current_since_ns.store(now, std::memory_order_release);
+      if (active) all_held = false;
       continue;
     }
     held_since_last_sample = true;
+    if (active) {
+      if (now - s.first_seen_ns < stand_in_ns) all_held = false;
+      held_workers_.push_back({.index = i, .units_run = units});
+    }
     if (threshold_ns <= 0 || s.reported || now - s.first_seen_ns < threshold_ns) {
       continue;
     }
@@ -115,6 +128,24 @@ void Runtime::SampleWorkers(std::vector<WorkerSample>& samples) {
     }
   }
   if (held_since_last_sample) KeepReactorDriven();
+  if (all_held && !held_workers_.empty()) MaybeStartStandIn();
+}
+
+// Every worker is held by one unit: if anything waits that a worker would
+// run (units queued anywhere, timers, registrations the reactor must
+// watch), a
+// stand-in runs it; see Scheduler::StartStandIn for what it leaves alone.
+void Runtime::MaybeStartStandIn() {
+  if (scheduler_.StandInRunning()) return;
+  bool queued_behind = false;  // A held worker's own queue.
+  for (const auto& h : held_workers_) {
+    if (scheduler_.LocalQueueDepth(h.index) > 0) queued_behind = true;
+  }
+  const bool waiting =
+      queued_behind || scheduler_.injector_depth() > 0 ||
+      (driver_ != nullptr && shared_driver_.workers_drive &&
+       (driver_->timers().pending() > 0 || driver_->io().registered() > 0));
+  if (waiting) scheduler_.StartStandIn(held_workers_);
 }
 
 // Workers drive the reactor only when they park: the first to park takes

@@ -74,6 +74,10 @@ struct RuntimeSnapshot {
   std::size_t timers_pending = 0;
   std::size_t fds_registered = 0;
   std::uint64_t stalls_detected = 0;
+  // Stand-in workers started while every worker was held, and the units
+  // they ran (Scheduler::StartStandIn).
+  std::uint64_t stand_ins_started = 0;
+  std::uint64_t stand_in_units_run = 0;
   std::uint64_t dedicated_reactor_polls = 0;
   double uptime_seconds = 0;
   blocking::BlockingPoolStats blocking;

@@ -82,6 +82,8 @@ void WriteRuntimeInfo(JsonWriter& json, const RuntimeSnapshot& snap) {
       .Field("timers_pending", snap.timers_pending)
       .Field("fds_registered", snap.fds_registered)
       .Field("stalls_detected", snap.stalls_detected)
+      .Field("stand_ins_started", snap.stand_ins_started)
+      .Field("stand_in_units_run", snap.stand_in_units_run)
       .Field("dedicated_reactor_polls", snap.dedicated_reactor_polls);
   json.Key("blocking");
   WriteBlockingPool(json, snap.blocking);

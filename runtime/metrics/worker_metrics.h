@@ -34,6 +34,9 @@ struct alignas(64) WorkerMetrics {
   std::atomic<std::int64_t> busy_since_ns{0};
   // The unit running now (0: none), written by the worker around each run.
   std::atomic<std::uint64_t> current_task_id{0};
+  // That unit's domain (task::Task::domain), written before its id: what a
+  // stand-in worker must leave alone while the unit holds this worker.
+  std::atomic<std::uintptr_t> current_domain{0};
   // Since when it runs (steady-clock ns), estimated by the supervisor's
   // sampling (never by the worker: no clock read per unit); 0 if unknown.
   std::atomic<std::int64_t> current_since_ns{0};

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -32,6 +33,14 @@ class Injector {
   task::Task* Pop();
   // Pops up to `max` tasks into `out` (appended, FIFO order).
   std::size_t PopBatch(std::size_t max, std::vector<task::Task*>& out);
+  // Pops the first of the oldest `scan_limit` tasks whose domain is none
+  // of `held` (a task of domain 0 always qualifies); the tasks it passes
+  // over keep their places. For a stand-in worker: O(scan_limit).
+  task::Task* PopOutside(const std::vector<std::uintptr_t>& held,
+                         std::size_t scan_limit);
+  // Puts `tasks` ahead of everything queued, in their order: what a
+  // stand-in worker took but did not run goes back where it was first.
+  void PushFront(const std::vector<task::Task*>& tasks);
 
   std::size_t Len() const { return len_.load(std::memory_order_acquire); }
   bool IsEmpty() const { return Len() == 0; }

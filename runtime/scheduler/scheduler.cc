@@ -86,13 +86,17 @@ namespace {
 thread_local Scheduler::Worker* current_worker = nullptr;
 }  // namespace
 
+// The scheduler whose stand-in worker this thread is (stand_in.cc).
+thread_local const Scheduler* stand_in_of = nullptr;
+
 Scheduler::Scheduler(SchedulerOptions options, WorkerHooks hooks,
                      SharedDriver* driver)
     : options_(std::move(options)),
       hooks_(std::move(hooks)),
       driver_(driver),
       idle_(0),
-      slots_(new std::atomic<WorkerSlot*>[options_.max_workers]) {
+      slots_(new std::atomic<WorkerSlot*>[options_.max_workers]),
+      stand_in_parker_(driver) {
   for (std::size_t i = 0; i < options_.max_workers; ++i) {
     slots_[i].store(nullptr, std::memory_order_relaxed);
   }
@@ -223,6 +227,7 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
   }
   injector_.Push(task);
   NotifyParked(kind == task::ScheduleKind::kIo);
+  if (stand_in_running_.load(std::memory_order_acquire)) stand_in_parker_.Unpark();
   // Join may have drained the injector for the last time already.
   if (joined_.load(std::memory_order_seq_cst)) DrainInjectorCancelled();
 }
@@ -335,6 +340,7 @@ absl::Status Scheduler::Resize(std::size_t workers) {
 void Scheduler::Close() {
   if (closed_.exchange(true, std::memory_order_seq_cst)) return;
   UnparkAll();
+  stand_in_parker_.Unpark();
   if (driver_ != nullptr && driver_->driver != nullptr) driver_->driver->Unpark();
 }
 
@@ -355,6 +361,7 @@ void Scheduler::Join() {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
+  JoinStandIn();
   joined_.store(true, std::memory_order_seq_cst);
   DrainInjectorCancelled();
 }
@@ -364,11 +371,15 @@ void Scheduler::DrainInjectorCancelled() {
 }
 
 bool Scheduler::IsWorkerThread() const {
-  return current_worker != nullptr && current_worker->scheduler == this;
+  // A stand-in is one too: it must not join the workers it stands in for.
+  return (current_worker != nullptr && current_worker->scheduler == this) ||
+         stand_in_of == this;
 }
 
 int Scheduler::CurrentWorkerIndex() const {
-  return IsWorkerThread() ? static_cast<int>(current_worker->index) : -1;
+  return current_worker != nullptr && current_worker->scheduler == this
+             ? static_cast<int>(current_worker->index)
+             : -1;
 }
 
 bool Scheduler::SlotActive(std::size_t index) const {
@@ -589,6 +600,7 @@ void Scheduler::Worker::RunOne(task::Task* task) {
   metrics::WorkerMetrics& m = slot->metrics;
   // The stall detector (Runtime's supervisor) samples this id together
   // with units_run to tell how long one unit has held the worker.
+  m.current_domain.store(task->domain(), std::memory_order_relaxed);
   m.current_task_id.store(task->id(), std::memory_order_release);
   {
     Strand::RunScope scope;  // Its wakes to strands go when it returns.

@@ -101,6 +101,32 @@ class Scheduler final : public task::Executor {
   // parks takes the reactor when nobody holds it).
   bool WakeOneParked() { return NotifyParked(/*unthrottled=*/true); }
 
+  // A worker slot the supervisor saw held by one unit: the slot and its
+  // units_run count then (unchanged while that unit still runs).
+  struct HeldWorker {
+    std::size_t index;
+    std::uint64_t units_run;
+  };
+  // A stand-in worker (stand_in.cc) for when every worker is held by one
+  // unit, typically a step blocked until work queued behind it is done:
+  // run_coroutine_threadsafe(...).result() on another loop at one worker.
+  // Starts one thread, unless one runs already or a worker in `held` has
+  // moved on, which runs what the injector holds (and drives the reactor
+  // when that is empty) until one of those workers finishes its unit. It
+  // never runs a unit whose domain is that of a held unit, so a loop whose
+  // step holds a worker still runs one unit at a time, in order. Returns
+  // whether it started one.
+  bool StartStandIn(const std::vector<HeldWorker>& held);
+  bool StandInRunning() const {
+    return stand_in_running_.load(std::memory_order_acquire);
+  }
+  std::uint64_t stand_ins_started() const {
+    return stand_ins_started_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t stand_in_units_run() const {
+    return stand_in_units_run_.load(std::memory_order_relaxed);
+  }
+
   // Metrics. Every read is a relaxed load; nothing waits for a worker.
   std::size_t target_workers() const {
     return target_workers_.load(std::memory_order_acquire);
@@ -164,6 +190,13 @@ class Scheduler final : public task::Executor {
   bool AnyLocalWork(std::optional<std::size_t> exclude) const;
   // Runs the cancel path of a task that can no longer be scheduled.
   void CancelInline(task::Task* task);
+  void StandInMain(std::vector<HeldWorker> held,
+                   std::vector<std::uintptr_t> held_domains);
+  bool StillHeld(const std::vector<HeldWorker>& held) const;
+  // Moves what the held workers' queues hold to the injector's end, in
+  // their order (stand_in.cc).
+  void AdoptHeldQueues(const std::vector<HeldWorker>& held);
+  void JoinStandIn();
   void DrainInjectorCancelled();
 
   const SchedulerOptions options_;
@@ -182,6 +215,15 @@ class Scheduler final : public task::Executor {
 
   std::mutex lifecycle_mu_;
   bool started_ = false;  // Guarded by lifecycle_mu_.
+
+  std::mutex stand_in_mu_;
+  std::thread stand_in_thread_;  // Guarded by stand_in_mu_.
+  std::atomic<bool> stand_in_running_{false};
+  Parker stand_in_parker_;
+  // Where the stand-in steals into (it is this queue's one owner).
+  LocalQueue stand_in_queue_;
+  std::atomic<std::uint64_t> stand_ins_started_{0};
+  std::atomic<std::uint64_t> stand_in_units_run_{0};
 };
 
 }  // namespace mt::runtime::scheduler

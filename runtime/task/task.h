@@ -81,6 +81,13 @@ class Task {
   // Set by the executor's spawn before the task is published.
   bool tracked() const { return tracked_; }
   void set_tracked() { tracked_ = true; }
+  // The group of work the unit belongs to (the Python layer: its loop), or
+  // 0 for none. A stand-in worker, which runs queued work while every
+  // worker is held by one unit, leaves alone the units of a group whose
+  // unit holds a worker: they keep waiting, in order, as they would for a
+  // lone worker. Set once, before the unit is first woken.
+  std::uintptr_t domain() const { return domain_; }
+  void set_domain(std::uintptr_t domain) { domain_ = domain; }
 
   // Wakes the task from any thread; at most one wake queues it and a wake
   // during a run is remembered.
@@ -99,6 +106,7 @@ class Task {
   std::atomic<Executor*> executor_{nullptr};
   bool executor_retained_ = false;  // Whether executor_ needs Release().
   bool tracked_ = false;
+  std::uintptr_t domain_ = 0;
 };
 
 // What a runner does after popping a task (holding the queue's reference):
