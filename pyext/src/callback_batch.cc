@@ -23,7 +23,9 @@ class CallbackBatch final : public task::Task {
       : Task(/*scheduled=*/false),
         loop_(Py_NewRef(loop)),
         fut_(Py_NewRef(fut)),
-        cbs_(std::move(cbs)) {}
+        cbs_(std::move(cbs)) {
+    ClaimForLoop(loop, this);
+  }
   ~CallbackBatch() override {
     for (Callback& cb : cbs_) {
       DecRefAnyThread(cb.fn);

@@ -53,6 +53,7 @@ ConnectionUnit::ConnectionUnit(PyObject* loop, PyObject* sock, int fd,
       context_(base_context != nullptr ? PyContext_Copy(base_context)
                                        : PyContext_CopyCurrent()) {
   if (context_ == nullptr) PyErr_Clear();  // Then the worker's own.
+  ClaimForLoop(loop, this);
 }
 
 ConnectionUnit::~ConnectionUnit() {

@@ -33,7 +33,9 @@ class FdWatcher final : public rt_task::Task {
         io_(io),
         generation_(io->generation()),
         dir_(dir),
-        handle_(Py_NewRef(handle)) {}
+        handle_(Py_NewRef(handle)) {
+    ClaimForLoop(loop, this);
+  }
   ~FdWatcher() override {
     DecRefAnyThread(handle_);
     DecRefAnyThread(loop_);

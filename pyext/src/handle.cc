@@ -48,7 +48,9 @@ HandleObject* AsHandle(PyObject* o) { return reinterpret_cast<HandleObject*>(o);
 class HandleUnit final : public task::Task {
  public:
   HandleUnit(PyObject* loop, PyObject* handle)
-      : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), handle_(Py_NewRef(handle)) {}
+      : Task(/*scheduled=*/false), loop_(Py_NewRef(loop)), handle_(Py_NewRef(handle)) {
+    ClaimForLoop(loop, this);
+  }
   ~HandleUnit() override {
     DecRefAnyThread(handle_);
     DecRefAnyThread(loop_);

@@ -609,6 +609,7 @@ void LoopWake(PyObject* loop, task::Task* unit) {
   // A unit made without an executor in mind goes where its maker runs; a
   // connection's unit comes bound to its strand already.
   if (unit->executor() == nullptr) unit->set_executor(LoopExecutor(loop));
+  if (unit->domain() == 0) ClaimForLoop(loop, unit);
   if (!st->running_flag.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(st->mu);
     if (!st->running) {

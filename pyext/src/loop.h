@@ -38,6 +38,13 @@ bool IsLoop(PyObject* obj);
 // unit not bound to an executor yet is bound to LoopExecutor(loop).
 void LoopWake(PyObject* loop, runtime::task::Task* unit);
 
+// Marks `unit` as one of `loop`'s (task::Task::domain): a stand-in worker
+// runs none of a loop's units while one of them holds a worker, so a
+// blocked step's loop still runs one unit at a time. Before its first wake.
+inline void ClaimForLoop(PyObject* loop, runtime::task::Task* unit) {
+  unit->set_domain(reinterpret_cast<std::uintptr_t>(loop));
+}
+
 // While one of these is alive on a thread, the first steps of tasks that
 // thread creates are held back, then queued together in creation order
 // when the scope ends. gather() makes its children inside one: stdlib runs

@@ -34,6 +34,7 @@ PyObject* SerialTask(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   PyObject* loop = args[0];
   Strand* strand = Strand::Create(LoopRuntime(loop).executor());
+  ClaimForLoop(loop, strand);
   LoopAdoptSerialStrand(loop, strand);
   PyObject* task;
   {

@@ -96,7 +96,9 @@ class TaskUnit final : public rt_task::Task {
         loop_(loop),
         task_(finishes_here ? Py_NewRef(task) : NewSharedRef(task)),
         shared_ref_(!finishes_here),
-        created_cycles_(runtime::metrics::CycleClock::Now()) {}
+        created_cycles_(runtime::metrics::CycleClock::Now()) {
+    ClaimForLoop(loop, this);
+  }
   ~TaskUnit() override { DropTaskAnyThread(task_); }
 
 #ifdef Py_GIL_DISABLED

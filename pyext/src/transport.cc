@@ -905,6 +905,7 @@ class Acceptor final : public rt_task::Task {
         backlog_(std::clamp(backlog, 1, kMaxAcceptsPerPoll)),
         context_(PyContext_CopyCurrent()) {
     if (context_ == nullptr) PyErr_Clear();
+    ClaimForLoop(loop, this);
   }
   ~Acceptor() override {
     if (owner_ != nullptr) owner_->Unref();
@@ -981,6 +982,7 @@ void Acceptor::StartConnection(int fd) {
   // idle workers steal it, so connections from one listening socket spread
   // over every worker.
   Strand* strand = Strand::Create(LoopRuntime(loop_).executor(), owner_);
+  ClaimForLoop(loop_, strand);
   c->set_executor(strand);
   c->strand_ = strand;
   strand->Unref();

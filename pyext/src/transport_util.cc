@@ -208,6 +208,7 @@ runtime::scheduler::Strand* OwnerStrand(PyObject* loop) {
   // that owns a server (websockets' closing task, say) that expect to see
   // the connections as the owner does.
   Strand* owner = Strand::Create(LoopRuntime(loop).executor());
+  ClaimForLoop(loop, owner);
   unit->set_executor(owner);
   return owner;
 }
@@ -216,6 +217,7 @@ runtime::scheduler::Strand* NewConnectionStrand(PyObject* loop) {
   using runtime::scheduler::Strand;
   Strand* owner = OwnerStrand(loop);
   Strand* strand = Strand::Create(LoopRuntime(loop).executor(), owner);
+  ClaimForLoop(loop, strand);
   if (owner != nullptr) owner->Unref();
   return strand;
 }

@@ -2,6 +2,7 @@
 contextvars, and proof that tasks step on several workers at once."""
 
 import asyncio as stdlib_asyncio
+import contextlib
 import contextvars
 import os
 import sys
@@ -563,16 +564,41 @@ def test_as_completed_over_futures_already_done():
     assert asyncio.run(asyncio.wait_for(main(), WAIT), threads=4) == [64] * 100
 
 
-def test_a_step_blocking_on_another_loop_gets_its_answer(loop):
+@contextlib.contextmanager
+def _workers(n):
+    """The module's runtime resized to n workers for the block, then back."""
+    mt_asyncio._configure_threads(n)
+    try:
+        assert _eventually(lambda: mt_asyncio.runtime_info()["live_workers"] == n)
+        yield
+    finally:
+        mt_asyncio._configure_threads(4)
+
+
+def _eventually(pred, timeout=WAIT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.005)
+    return pred()
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_a_step_blocking_on_another_loop_gets_its_answer(loop, workers):
     # anyio's BlockingPortal: a step hands work to another loop running in
     # another thread (both ours, on one runtime) and blocks until it is
     # done. The other loop's work must not wait in the blocked worker's
     # own queue or LIFO slot, where nobody else takes it; stdlib answers in
-    # about a millisecond. Repeated: a unit left there shows at once.
+    # about a millisecond. Repeated: a unit left there shows at once. At
+    # one worker nobody else can run it: a stand-in worker does, once the
+    # only worker has been held for a moment.
     import concurrent.futures
     other = EventLoop()
     runner = threading.Thread(target=other.run_forever)
     runner.start()
+    held = contextlib.ExitStack()
+    held.enter_context(_workers(workers))
 
     async def answer(i):
         await asyncio.sleep(0)
@@ -602,7 +628,54 @@ def test_a_step_blocking_on_another_loop_gets_its_answer(loop):
     try:
         started = time.monotonic()
         assert run(loop, main()) == [v for i in range(50) for v in (2 * i, i)]
-        assert time.monotonic() - started < 5
+        # A stand-in starts within about 50 ms of a block; 150 blocks.
+        assert time.monotonic() - started < (5 if workers > 1 else 20)
+    finally:
+        held.close()
+        other.call_soon_threadsafe(other.stop)
+        runner.join(WAIT)
+        other.close()
+
+
+def test_a_blocked_steps_loop_runs_nothing_beside_it_at_one_worker(loop):
+    # The stand-in that answers for the other loop runs none of the blocked
+    # step's own loop: at one worker that loop still runs one unit at a
+    # time, as on stdlib, where a task made before the step blocked, and
+    # its callbacks, run only once the step returns; and what the blocked
+    # loop had queued keeps its order.
+    other = EventLoop()
+    runner = threading.Thread(target=other.run_forever)
+    runner.start()
+    log = []
+
+    async def answer():
+        await asyncio.sleep(0.02)  # The stand-in drives the timers too.
+        log.append("answered")
+        return "answer"
+
+    async def bystander(i):
+        log.append(f"bystander {i}")
+
+    async def main():
+        lp = asyncio.get_running_loop()
+        tasks = [asyncio.create_task(bystander(i)) for i in range(3)]
+        lp.call_soon(log.append, "callback")
+        log.append("blocking")
+        got = asyncio.run_coroutine_threadsafe(answer(), other).result(timeout=WAIT)
+        log.append(got)
+        await asyncio.gather(*tasks)
+        return log
+
+    try:
+        with _workers(1):
+            for _ in range(5):
+                log.clear()
+                assert run(loop, main()) == [
+                    "blocking", "answered", "answer",
+                    "bystander 0", "bystander 1", "bystander 2", "callback"]
+            info = mt_asyncio.runtime_info()
+            assert info["stand_ins_started"] >= 5
+            assert info["stand_in_units_run"] >= 5
     finally:
         other.call_soon_threadsafe(other.stop)
         runner.join(WAIT)
