@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,11 @@ namespace mt::pyext {
 namespace {
 
 PyTypeObject* loop_type = nullptr;
+
+// The longest close() waits for the workers that ran the loop to let go
+// of it: parked ones do at once when woken; a busy one when it next parks
+// or enters another loop's unit.
+constexpr std::chrono::milliseconds kLetGoWait{500};
 
 PyObject* str_call_exception_handler = nullptr;
 PyObject* asyncio_logger = nullptr;  // asyncio.log.logger
@@ -388,8 +394,20 @@ PyObject* Loop_close_core(PyObject* self, PyObject*) {
   // still open are closed.
   FdTableCloseAll(self);
   // Idle workers that ran this loop let go of it too
-  // (ForgetClosedLoopOnThisWorker runs before each park).
+  // (ForgetClosedLoopOnThisWorker runs before each park), and the caller
+  // waits for them (bounded): code that drops the loop after close()
+  // expects it freed, as on stdlib. A worker never waits (it may be the
+  // one the others need).
   st->runtime->scheduler().RerunParkHooks();
+  if (!RuntimeHolder::Instance().IsWorkerThread()) {
+    std::shared_ptr<std::atomic<int>> holders = st->worker_holders;
+    const auto deadline = Clock::now() + kLetGoWait;
+    Py_BEGIN_ALLOW_THREADS;
+    while (holders->load(std::memory_order_acquire) > 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    Py_END_ALLOW_THREADS;
+  }
   Py_RETURN_NONE;
 }
 
@@ -577,6 +595,28 @@ namespace {
 // loop); nullptr on threads that are not workers. Identity only.
 thread_local PyObject* worker_running_loop = nullptr;
 
+// This thread's count in the worker_holders of worker_running_loop, given
+// back when it lets go of the loop (or when the thread ends, after its
+// thread state, holding the loop, was cleared).
+class WorkerLoopHold {
+ public:
+  ~WorkerLoopHold() { Release(); }
+  void Set(std::shared_ptr<std::atomic<int>> holders) {
+    Release();
+    holders_ = std::move(holders);
+    holders_->fetch_add(1, std::memory_order_relaxed);
+  }
+  void Release() {
+    if (holders_ == nullptr) return;
+    holders_->fetch_sub(1, std::memory_order_release);
+    holders_.reset();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<int>> holders_;
+};
+thread_local WorkerLoopHold worker_loop_hold;
+
 // Whether the calling thread is a worker running another loop's unit:
 // what it schedules for `loop` is foreign to it (see kRemote).
 bool ForeignToThisWorker(PyObject* loop) {
@@ -694,7 +734,10 @@ void SlowCallbackCheck::Done(PyObject* what) {
 
 PyObject* LoopOfThisWorker() { return worker_running_loop; }
 
-void ForgetLoopOfThisWorker() { worker_running_loop = nullptr; }
+void ForgetLoopOfThisWorker() {
+  worker_running_loop = nullptr;
+  worker_loop_hold.Release();
+}
 
 bool LoopRunsOnThisThread(PyObject* loop) {
   return worker_running_loop == loop &&
@@ -771,6 +814,8 @@ int LoopEnterOnWorker(PyObject* loop) {
   Py_DECREF(res);
   if (InstallAsyncgenHooks(loop) < 0) return -1;
   worker_running_loop = loop;
+  // The previous loop's references were replaced just above.
+  worker_loop_hold.Set(StateOf(loop)->worker_holders);
   return 0;
 }
 
@@ -792,6 +837,7 @@ void ForgetClosedLoopOnThisWorker() {
   PyObject* res = PyObject_CallOneArg(set_running_loop, Py_None);
   if (res == nullptr) PyErr_WriteUnraisable(nullptr);
   Py_XDECREF(res);
+  worker_loop_hold.Release();
   PyErr_SetRaisedException(pending);
 }
 

@@ -71,6 +71,13 @@ struct LoopState {
   // the loop, else 0: what Python code in the loop's steps and callbacks
   // is told its thread is (loop_thread_identity.cc).
   std::atomic<unsigned long> home_ident{0};
+  // How many worker (or stand-in) threads refer to the loop through their
+  // running loop and asyncgen hooks (LoopEnterOnWorker). Shared, so a
+  // thread lets go of the loop first and counts down after, when the loop
+  // may be gone: close() waits for zero, so the loop of asyncio.run() is
+  // free once run() returns (anyio's
+  // test_asyncio_run_does_not_leak_event_loop checks at once).
+  std::shared_ptr<std::atomic<int>> worker_holders = std::make_shared<std::atomic<int>>(0);
   // Under compat.install()'s serial tasks: the strand of the main task of
   // the loop's latest asyncio.run()/Runner.run() (serial_tasks.cc). What
   // is scheduled from outside any strand of this loop (another thread's

@@ -58,6 +58,8 @@ class Scheduler::Worker {
   // Units a lone worker took from the injector in a row (see NextTask).
   std::uint32_t injector_streak = 0;
   std::uint32_t until_event = 0;
+  // A lone worker's units left in the current round (see Run).
+  std::uint32_t round_left = 0;
   std::uint32_t rng;
 
  private:
@@ -76,6 +78,7 @@ class Scheduler::Worker {
   void LeaveSearching();
   void Park();
   void Maintenance();
+  void LoneWorkerRound();
   void NotifyForReactorWork();
   void Retire();
   void DrainCancelled();
@@ -501,6 +504,7 @@ void Scheduler::Worker::Run() {
       Maintenance();
     }
     --until_event;
+    LoneWorkerRound();
     if (task::Task* t = NextTask()) {
       RunWithLifo(t);
       continue;
@@ -653,6 +657,29 @@ void Scheduler::Worker::Maintenance() {
   }
   parked = false;
   NotifyForReactorWork();
+}
+
+// asyncio's loop polls for I/O once per iteration, before it runs the
+// callbacks that were ready then: data written to a socket is seen by its
+// peer's protocol within the next iteration (websockets' tests count on two
+// sleep(0) for a round trip through a socket pair). A lone worker keeps
+// that rhythm: when it has run the units that were queued at its last
+// poll (a round), it polls again without sleeping, if the reactor has
+// anything to report (registrations or timers). With several workers no
+// order holds anyway, and they poll every event_interval ticks.
+void Scheduler::Worker::LoneWorkerRound() {
+  if (!scheduler->options_.lone_worker_fifo || scheduler->idle_.num_workers() > 1) return;
+  if (round_left == 0) {
+    const SharedDriver* shared = scheduler->driver_;
+    if (shared != nullptr && shared->workers_drive && shared->driver != nullptr &&
+        (shared->driver->io().registered() > 0 || shared->driver->timers().pending() > 0)) {
+      Maintenance();
+    }
+    // The units queued now make the round; what they queue runs after
+    // the next poll, as the next iteration's callbacks do in asyncio.
+    round_left = slot->queue.Len() + static_cast<std::uint32_t>(scheduler->injector_.Len());
+  }
+  if (round_left > 0) --round_left;  // The unit this tick runs.
 }
 
 void Scheduler::Worker::NotifyForReactorWork() {

@@ -179,11 +179,33 @@ class _Watchdog:
             _stderr.flush()
             faulthandler.dump_traceback(file=_stderr, all_threads=True)
             _stderr.flush()
+            _dump_runtime()
             _write({"id": current, "outcome": "hang",
                     "detail": f"no result after {self._timeout:.0f} s",
                     "ours": 0, "stdlib": 0, "units": 0,
                     "seconds": round(time.monotonic() - started, 3)})
             os._exit(3)
+
+
+def _dump_runtime():
+    """What our runtime was doing when a test hung: its queues, units in
+    flight, stand-ins and each worker's state (a hang with every worker
+    idle and nothing queued is a lost wakeup)."""
+    if BACKEND != "mt":
+        return
+    try:
+        import json
+        import mt_asyncio
+        info = mt_asyncio.runtime_info()
+        workers = [{k: w.get(k) for k in ("index", "state", "units_run", "current_task_id",
+                                          "local_queue_depth")}
+                   for w in info.get("workers", ())]
+        summary = {k: v for k, v in info.items() if not isinstance(v, (dict, list))}
+        _stderr.write("=== runtime: " + json.dumps(summary) + "\n")
+        _stderr.write("=== workers: " + json.dumps(workers) + "\n")
+    except Exception as exc:  # noqa: BLE001 - a report of a report.
+        _stderr.write(f"=== runtime: unavailable ({exc!r})\n")
+    _stderr.flush()
 
 
 _watchdog = None
