@@ -40,34 +40,66 @@ task::Task* UnitOf(std::uintptr_t domain, std::function<void()> fn) {
   return t;
 }
 
-// What a step blocked on another loop's answer looks like: the only worker
-// is held by a unit (domain 1) until a unit of domain 2, queued from
-// outside after it started, has run. Stdlib gives the other loop a thread;
-// here the stand-in runs it.
+// What ran, in order, from any thread.
+class OrderLog {
+ public:
+  void Record(int what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    order_.push_back(what);
+  }
+  std::vector<int> Get() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return order_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<int> order_;
+};
+
+// A unit of domain 1 that holds the only worker until `done` is true
+// (bounded), as a step blocked on another loop's answer does; `before`
+// runs first on the worker, `after` once it is released.
+struct Held {
+  std::atomic<bool> started{false}, done{false}, gave_up{false};
+
+  void Spawn(Runtime& rt, std::function<void()> before = nullptr,
+             std::function<void()> after = nullptr) {
+    ASSERT_TRUE(
+        rt.Spawn(UnitOf(1,
+                        [this, before, after] {
+                          if (before) before();
+                          started.store(true);
+                          if (!Eventually([this] { return done.load(); })) {
+                            gave_up.store(true);
+                          }
+                          if (after) after();
+                        }))
+            .ok());
+    ASSERT_TRUE(Eventually([this] { return started.load(); }));
+  }
+};
+
+bool Drained(Runtime& rt) {
+  return Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; });
+}
+
+// Stdlib gives the other loop a thread; here the stand-in runs its unit,
+// queued from outside after the only worker was held.
 TEST(StandInTest, RunsAnotherDomainsWorkWhileTheOnlyWorkerIsHeld) {
   Runtime rt(OneWorker());
   ASSERT_TRUE(rt.Start().ok());
-  std::atomic<bool> blocked{false}, answered{false}, gave_up{false};
   std::atomic<std::thread::id> worker_thread{}, answer_thread{};
-  ASSERT_TRUE(
-      rt.Spawn(UnitOf(1,
-                      [&] {
-                        worker_thread.store(std::this_thread::get_id());
-                        blocked.store(true);
-                        if (!Eventually([&] { return answered.load(); }))
-                          gave_up.store(true);
-                      }))
-          .ok());
-  ASSERT_TRUE(Eventually([&] { return blocked.load(); }));
+  Held held;
+  held.Spawn(rt, [&] { worker_thread.store(std::this_thread::get_id()); });
   ASSERT_TRUE(rt.Spawn(UnitOf(2,
                               [&] {
                                 answer_thread.store(std::this_thread::get_id());
-                                answered.store(true);
+                                held.done.store(true);
                               }))
                   .ok());
-  ASSERT_TRUE(
-      Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
-  EXPECT_FALSE(gave_up.load());
+  ASSERT_TRUE(Drained(rt));
+  EXPECT_FALSE(held.gave_up.load());
   EXPECT_NE(answer_thread.load(), worker_thread.load());
   EXPECT_GE(rt.scheduler().stand_ins_started(), 1u);
   EXPECT_GE(rt.scheduler().stand_in_units_run(), 1u);
@@ -82,36 +114,20 @@ TEST(StandInTest, RunsAnotherDomainsWorkWhileTheOnlyWorkerIsHeld) {
 TEST(StandInTest, LeavesTheHeldDomainsUnitsAloneAndInOrder) {
   Runtime rt(OneWorker());
   ASSERT_TRUE(rt.Start().ok());
-  std::mutex mu;
-  std::vector<int> order;
-  auto record = [&](int what) {
-    std::lock_guard<std::mutex> lock(mu);
-    order.push_back(what);
-  };
-  std::atomic<bool> blocked{false}, answered{false}, gave_up{false};
-  ASSERT_TRUE(
-      rt.Spawn(UnitOf(1,
-                      [&] {
-                        blocked.store(true);
-                        if (!Eventually([&] { return answered.load(); }))
-                          gave_up.store(true);
-                        record(0);
-                      }))
-          .ok());
-  ASSERT_TRUE(Eventually([&] { return blocked.load(); }));
-  ASSERT_TRUE(rt.Spawn(UnitOf(1, [&] { record(1); })).ok());
-  ASSERT_TRUE(rt.Spawn(UnitOf(1, [&] { record(2); })).ok());
+  OrderLog log;
+  Held held;
+  held.Spawn(rt, nullptr, [&] { log.Record(0); });
+  ASSERT_TRUE(rt.Spawn(UnitOf(1, [&] { log.Record(1); })).ok());
+  ASSERT_TRUE(rt.Spawn(UnitOf(1, [&] { log.Record(2); })).ok());
   ASSERT_TRUE(rt.Spawn(UnitOf(2,
                               [&] {
-                                record(10);
-                                answered.store(true);
+                                log.Record(10);
+                                held.done.store(true);
                               }))
                   .ok());
-  ASSERT_TRUE(
-      Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
-  EXPECT_FALSE(gave_up.load());
-  std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(order, (std::vector<int>{10, 0, 1, 2}));
+  ASSERT_TRUE(Drained(rt));
+  EXPECT_FALSE(held.gave_up.load());
+  EXPECT_EQ(log.Get(), (std::vector<int>{10, 0, 1, 2}));
   rt.Shutdown();
 }
 
@@ -123,44 +139,29 @@ TEST(StandInTest, LeavesTheHeldDomainsUnitsAloneAndInOrder) {
 TEST(StandInTest, TakesOverTheHeldWorkersQueue) {
   Runtime rt(OneWorker());
   ASSERT_TRUE(rt.Start().ok());
-  std::mutex mu;
-  std::vector<int> order;
-  auto record = [&](int what) {
-    std::lock_guard<std::mutex> lock(mu);
-    order.push_back(what);
-  };
-  std::atomic<bool> blocked{false}, answered{false}, gave_up{false};
-  ASSERT_TRUE(
-      rt.Spawn(UnitOf(1,
-                      [&] {
-                        // Spawned from the worker: its own queue, in this
-                        // order.
-                        ASSERT_TRUE(
-                            rt.Spawn(UnitOf(1, [&] { record(1); })).ok());
-                        ASSERT_TRUE(rt.Spawn(UnitOf(2,
-                                                    [&] {
-                                                      record(10);
-                                                      answered.store(true);
-                                                    }))
-                                        .ok());
-                        blocked.store(true);
-                        if (!Eventually([&] { return answered.load(); }))
-                          gave_up.store(true);
-                        // Held a little longer, with a unit of its own queued
-                        // from outside behind the one it queued itself.
-                        std::thread([&] {
-                          ASSERT_TRUE(
-                              rt.Spawn(UnitOf(1, [&] { record(2); })).ok());
-                        }).join();
-                        std::this_thread::sleep_for(milliseconds(5));
-                        record(0);
-                      }))
-          .ok());
-  ASSERT_TRUE(
-      Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
-  EXPECT_FALSE(gave_up.load());
-  std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(order, (std::vector<int>{10, 0, 1, 2}));
+  OrderLog log;
+  Held held;
+  held.Spawn(
+      rt,
+      [&] {  // Spawned from the worker: its own queue, in this order.
+        ASSERT_TRUE(rt.Spawn(UnitOf(1, [&] { log.Record(1); })).ok());
+        ASSERT_TRUE(rt.Spawn(UnitOf(2,
+                                    [&] {
+                                      log.Record(10);
+                                      held.done.store(true);
+                                    }))
+                        .ok());
+      },
+      [&] {  // Then one of its own from outside, behind those.
+        std::thread([&] {
+          ASSERT_TRUE(rt.Spawn(UnitOf(1, [&] { log.Record(2); })).ok());
+        }).join();
+        std::this_thread::sleep_for(milliseconds(5));
+        log.Record(0);
+      });
+  ASSERT_TRUE(Drained(rt));
+  EXPECT_FALSE(held.gave_up.load());
+  EXPECT_EQ(log.Get(), (std::vector<int>{10, 0, 1, 2}));
   rt.Shutdown();
 }
 
@@ -171,29 +172,21 @@ TEST(StandInTest, DrivesTimersWhileTheOnlyWorkerIsHeld) {
   ASSERT_TRUE(rt.Start().ok());
   time::TimerEntry entry;
   std::atomic<int> step{0};
-  std::atomic<bool> blocked{false}, fired{false}, gave_up{false};
+  Held held;
   auto* sleeper = new LambdaTask([&](LambdaTask* self) {
     if (step.fetch_add(1) == 0) {
       rt.driver().timers().Arm(
           &entry, std::chrono::steady_clock::now() + milliseconds(30), self);
       return false;
     }
-    fired.store(true);
+    held.done.store(true);
     return true;
   });
   sleeper->set_domain(2);
-  ASSERT_TRUE(rt.Spawn(UnitOf(1,
-                              [&] {
-                                blocked.store(true);
-                                if (!Eventually([&] { return fired.load(); }))
-                                  gave_up.store(true);
-                              }))
-                  .ok());
-  ASSERT_TRUE(Eventually([&] { return blocked.load(); }));
+  held.Spawn(rt);
   ASSERT_TRUE(rt.Spawn(sleeper).ok());
-  ASSERT_TRUE(
-      Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
-  EXPECT_FALSE(gave_up.load());
+  ASSERT_TRUE(Drained(rt));
+  EXPECT_FALSE(held.gave_up.load());
   EXPECT_EQ(step.load(), 2);
   rt.Shutdown();
 }
@@ -206,14 +199,8 @@ TEST(StandInTest, NoStandInWithoutWaitingWorkOrWhenDisabled) {
     if (disabled) config.stand_in_after = milliseconds(0);
     Runtime rt(config);
     ASSERT_TRUE(rt.Start().ok());
-    std::atomic<bool> release{false}, blocked{false};
-    ASSERT_TRUE(rt.Spawn(UnitOf(1,
-                                [&] {
-                                  blocked.store(true);
-                                  Eventually([&] { return release.load(); });
-                                }))
-                    .ok());
-    ASSERT_TRUE(Eventually([&] { return blocked.load(); }));
+    Held held;
+    held.Spawn(rt);
     std::this_thread::sleep_for(milliseconds(80));
     if (!disabled) EXPECT_EQ(rt.scheduler().stand_ins_started(), 0u);
     std::atomic<bool> ran{false};
@@ -221,9 +208,8 @@ TEST(StandInTest, NoStandInWithoutWaitingWorkOrWhenDisabled) {
     std::this_thread::sleep_for(milliseconds(80));
     EXPECT_EQ(ran.load(), !disabled);
     EXPECT_EQ(rt.scheduler().stand_ins_started(), disabled ? 0u : 1u);
-    release.store(true);
-    ASSERT_TRUE(
-        Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+    held.done.store(true);
+    ASSERT_TRUE(Drained(rt));
     EXPECT_TRUE(ran.load());
     rt.Shutdown();
   }
