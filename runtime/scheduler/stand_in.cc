@@ -84,15 +84,17 @@ bool Scheduler::StartStandIn(const std::vector<HeldWorker>& held) {
   if (stand_in_thread_.joinable())
     stand_in_thread_.join();  // The last one, gone.
   stand_in_running_.store(true, std::memory_order_release);
+  // Counted first: whatever the new thread runs happens after the count.
+  stand_ins_started_.fetch_add(1, std::memory_order_relaxed);
   try {
     stand_in_thread_ = std::thread([this, held, domains]() mutable {
       StandInMain(std::move(held), std::move(domains));
     });
   } catch (const std::system_error&) {
+    stand_ins_started_.fetch_sub(1, std::memory_order_relaxed);
     stand_in_running_.store(false, std::memory_order_release);
     return false;  // No thread now; the supervisor tries again later.
   }
-  stand_ins_started_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -131,11 +133,10 @@ void Scheduler::StandInMain(std::vector<HeldWorker> held,
       t = injector_.PopOutside(held_domains, kStandInScanLimit);
     }
     if (t != nullptr) {
-      {
-        Strand::RunScope scope;  // As a worker runs a unit (see RunOne).
-        task::RunTask(t);
-      }
+      // Counted first, as the start: what the unit does comes after.
       stand_in_units_run_.fetch_add(1, std::memory_order_relaxed);
+      Strand::RunScope scope;  // As a worker runs a unit (see RunOne).
+      task::RunTask(t);
       continue;
     }
     RunHook(hooks_.before_park, index);
