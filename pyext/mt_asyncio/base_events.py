@@ -16,6 +16,7 @@ import asyncio as _asyncio
 import concurrent.futures
 import sys
 import threading
+import traceback
 import weakref
 from asyncio import coroutines, events, futures
 
@@ -31,6 +32,10 @@ __all__ = ["EventLoop", "new_event_loop"]
 
 # asyncio's own logger, so logging configured for "asyncio" applies.
 from asyncio.log import logger
+
+# Context keys holding debug mode's stacks, and what each says.
+_CREATED_AT = {"source_traceback": "Object created at",
+               "handle_traceback": "Handle created at"}
 
 # 3.14 renamed the internal check (the public one is deprecated there).
 _iscoroutinefunction = getattr(coroutines, "_iscoroutinefunction", None) or \
@@ -274,7 +279,14 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         for key in sorted(context):
             if key in {"message", "exception"}:
                 continue
-            lines.append(f"{key}: {context[key]!r}")
+            value = context[key]
+            created = _CREATED_AT.get(key)
+            if created is not None:
+                # Debug mode's stacks, as frames the way tracebacks read.
+                frames = "".join(traceback.format_list(value)).rstrip()
+                lines.append(f"{key}: {created} (most recent call last):\n{frames}")
+            else:
+                lines.append(f"{key}: {value!r}")
         logger.error("\n".join(lines), exc_info=exc_info)
 
     def call_exception_handler(self, context):

@@ -153,6 +153,10 @@ int SetCancelledError(FutureObject* fut) {
 
 // --- construction -------------------------------------------------------------
 
+PyObject* SourceTracebackFor(PyObject* loop) {
+  return hooks.source_traceback != nullptr ? hooks.source_traceback(loop) : nullptr;
+}
+
 PyObject* Future_new(PyTypeObject* type, PyObject*, PyObject*) {
   auto* fut = reinterpret_cast<FutureObject*>(type->tp_alloc(type, 0));
   if (fut == nullptr) return nullptr;
@@ -176,6 +180,7 @@ int Future_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   }
   FutureObject* fut = AsFuture(self);
   Py_XSETREF(fut->loop, resolved);
+  Py_XSETREF(fut->source_traceback, SourceTracebackFor(resolved));
   return 0;
 }
 
@@ -190,6 +195,7 @@ int Future_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(fut->cancelled_exc);
   Py_VISIT(fut->dict);
   Py_VISIT(fut->awaited_by);
+  Py_VISIT(fut->source_traceback);
   int r = 0;
   ForEachCallback(fut, [&](const Callback& cb) {
     if (r == 0 && cb.fn != nullptr) r = visit(cb.fn, arg);
@@ -209,6 +215,7 @@ int Future_clear(PyObject* self) {
   Py_CLEAR(fut->cancelled_exc);
   Py_CLEAR(fut->dict);
   Py_CLEAR(fut->awaited_by);
+  Py_CLEAR(fut->source_traceback);
   fut->awaited_by_is_set = false;
   PendingCallbacks cbs = TakeCallbacksLocked(fut);
   for (Callback& cb : cbs) {
@@ -238,7 +245,9 @@ void Future_finalize(PyObject* self) {
     if (message != nullptr &&
         PyDict_SetItemString(context, "message", message) == 0 &&
         PyDict_SetItemString(context, "exception", fut->exception) == 0 &&
-        PyDict_SetItemString(context, "future", self) == 0) {
+        PyDict_SetItemString(context, "future", self) == 0 &&
+        (fut->source_traceback == nullptr ||
+         PyDict_SetItemString(context, "source_traceback", fut->source_traceback) == 0)) {
       PyObject* res = PyObject_CallMethodOneArg(
           fut->loop, refs.str_call_exception_handler, context);
       if (res == nullptr) {
@@ -617,7 +626,19 @@ int Future_set_cancel_message(PyObject* self, PyObject* value, void*) {
 PyObject* Future_get_loop_field(PyObject* self, void*) {
   return GetField(self, &FutureObject::loop);
 }
-PyObject* Future_get_source_traceback(PyObject*, void*) { Py_RETURN_NONE; }
+PyObject* Future_get_source_traceback(PyObject* self, void*) {
+  return GetField(self, &FutureObject::source_traceback);
+}
+int Future_set_source_traceback(PyObject* self, PyObject* value, void*) {
+  PyObject* old;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  old = AsFuture(self)->source_traceback;
+  AsFuture(self)->source_traceback =
+      value == nullptr || value == Py_None ? nullptr : Py_NewRef(value);
+  Py_END_CRITICAL_SECTION();
+  Py_XDECREF(old);
+  return 0;
+}
 PyObject* Future_get_awaited_by(PyObject* self, void*) {
   return AwaitedByGet(AsFuture(self));
 }
@@ -691,7 +712,8 @@ PyGetSetDef future_getset[] = {
      nullptr, nullptr},
     {"_loop", Future_get_loop_field, nullptr, nullptr, nullptr},
     {"_callbacks", Future_get_callbacks, nullptr, nullptr, nullptr},
-    {"_source_traceback", Future_get_source_traceback, nullptr, nullptr, nullptr},
+    {"_source_traceback", Future_get_source_traceback, Future_set_source_traceback, nullptr,
+     nullptr},
     {"_asyncio_awaited_by", Future_get_awaited_by, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
@@ -1014,6 +1036,7 @@ PyObject* FutureCreate(PyObject* loop) {
   auto* fut = reinterpret_cast<FutureObject*>(Future_new(future_type, nullptr, nullptr));
   if (fut == nullptr) return nullptr;
   fut->loop = Py_NewRef(loop);
+  fut->source_traceback = SourceTracebackFor(loop);
   return reinterpret_cast<PyObject*>(fut);
 }
 

@@ -62,6 +62,9 @@ struct FutureObject {
   PyObject* awaited_by;
   PyObject* weakreflist;
   PyObject* dict;  // Instance __dict__: subclasses and tests set attributes.
+  // Debug mode: where it was created (stdlib's _source_traceback); else
+  // nullptr.
+  PyObject* source_traceback;
 };
 
 // Calls fn(cb) on each pending done callback of `fut`, in registration
@@ -86,6 +89,10 @@ struct FutureHooks {
   // the loop is not ours (nothing taken), -1 on error.
   int (*schedule_batch)(PyObject* loop, PyObject* fut,
                         std::vector<Callback>& cbs) = nullptr;
+  // In `loop`'s debug mode, where the calling Python code is (a new
+  // reference: what stdlib keeps as _source_traceback); else nullptr, with
+  // no error set.
+  PyObject* (*source_traceback)(PyObject* loop) = nullptr;
 };
 void SetFutureHooks(FutureHooks hooks);
 FutureHooks GetFutureHooks();

@@ -22,6 +22,7 @@ namespace {
 
 PyTypeObject* handle_type = nullptr;
 PyTypeObject* timer_handle_type = nullptr;
+PyObject* str_source_traceback = nullptr;  // "source_traceback"
 PyObject* format_callback_source = nullptr;  // asyncio.format_helpers
 
 struct HandleObject {
@@ -32,6 +33,7 @@ struct HandleObject {
   PyObject* loop;
   std::atomic<bool> cancelled;
   PyObject* weakreflist;
+  PyObject* source_traceback;  // Debug mode: where it was made; else nullptr.
   // TimerHandle only.
   double when;
   // call_at() was given an int: when() and `_when` answer an int, as
@@ -81,7 +83,10 @@ void RunHandle(PyObject* loop, PyObject* self) {
   PyObject* res = CallInContext(ctx, callback, &PyTuple_GET_ITEM(args, 0),
                                 static_cast<std::size_t>(PyTuple_GET_SIZE(args)));
   if (res == nullptr) {
-    LoopReportException(loop, "Exception in callback ", self, nullptr, nullptr);
+    PyObject* source = Py_XNewRef(h->source_traceback);  // Stdlib's context key.
+    LoopReportException(loop, "Exception in callback ", self,
+                        source != nullptr ? str_source_traceback : nullptr, source);
+    Py_XDECREF(source);
   } else {
     Py_DECREF(res);
   }
@@ -113,6 +118,7 @@ PyObject* NewHandle(PyTypeObject* type, PyObject* loop, PyObject* callback,
   h->loop = Py_NewRef(loop);
   new (&h->cancelled) std::atomic<bool>(false);
   h->weakreflist = nullptr;
+  h->source_traceback = LoopSourceTraceback(loop);
   h->when = 0;
   h->when_is_int = false;
   h->entry = nullptr;
@@ -127,6 +133,7 @@ int Handle_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(h->args);
   Py_VISIT(h->context);
   Py_VISIT(h->loop);
+  Py_VISIT(h->source_traceback);
   return 0;
 }
 
@@ -136,6 +143,7 @@ int Handle_clear(PyObject* self) {
   Py_CLEAR(h->args);
   Py_CLEAR(h->context);
   Py_CLEAR(h->loop);
+  Py_CLEAR(h->source_traceback);
   return 0;
 }
 
@@ -245,6 +253,11 @@ PyObject* Handle_get_loop(PyObject* self, void*) {
   return Py_NewRef(loop != nullptr ? loop : Py_None);
 }
 
+PyObject* Handle_get_source_traceback(PyObject* self, void*) {
+  PyObject* tb = AsHandle(self)->source_traceback;  // Set once, at creation.
+  return Py_NewRef(tb != nullptr ? tb : Py_None);
+}
+
 PyObject* WhenOf(HandleObject* h) {
   return h->when_is_int ? PyLong_FromDouble(h->when) : PyFloat_FromDouble(h->when);
 }
@@ -272,6 +285,7 @@ PyGetSetDef handle_getset[] = {
     {"_callback", Handle_get_callback, nullptr, nullptr, nullptr},
     {"_args", Handle_get_args, nullptr, nullptr, nullptr},
     {"_loop", Handle_get_loop, nullptr, nullptr, nullptr},
+    {"_source_traceback", Handle_get_source_traceback, nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -385,6 +399,8 @@ int RegisterHandleTypes(PyObject* module) {
   PyObject* helpers = PyImport_ImportModule("asyncio.format_helpers");
   if (helpers == nullptr) return -1;
   format_callback_source = PyObject_GetAttrString(helpers, "_format_callback_source");
+  str_source_traceback = PyUnicode_InternFromString("source_traceback");
+  if (str_source_traceback == nullptr) return -1;
   Py_DECREF(helpers);
   if (format_callback_source == nullptr) return -1;
   handle_type = reinterpret_cast<PyTypeObject*>(

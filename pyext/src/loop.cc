@@ -45,6 +45,7 @@ PyObject* set_running_loop = nullptr;  // asyncio.events._set_running_loop
 PyObject* set_origin_tracking_depth = nullptr;  // sys.set_coroutine_origin_tracking_depth
 PyObject* iscoroutine = nullptr;       // asyncio.coroutines.iscoroutine
 PyObject* iscoroutinefunction = nullptr;
+PyObject* extract_stack = nullptr;  // asyncio.format_helpers.extract_stack
 
 }  // namespace
 
@@ -843,6 +844,17 @@ void ForgetClosedLoopOnThisWorker() {
 
 }  // namespace
 
+PyObject* LoopSourceTraceback(PyObject* loop) {
+  if (!IsLoop(loop) || !StateOf(loop)->debug.load(std::memory_order_relaxed)) return nullptr;
+  PyFrameObject* frame = PyEval_GetFrame();  // Borrowed; none from a bare C call.
+  if (frame == nullptr) return nullptr;
+  PyObject* saved = PyErr_GetRaisedException();
+  PyObject* stack = PyObject_CallOneArg(extract_stack, reinterpret_cast<PyObject*>(frame));
+  if (stack == nullptr) PyErr_Clear();
+  PyErr_SetRaisedException(saved);
+  return stack;
+}
+
 bool IsExitException(PyObject* exc) {
   return exc != nullptr && (PyErr_GivenExceptionMatches(exc, PyExc_SystemExit) ||
                             PyErr_GivenExceptionMatches(exc, PyExc_KeyboardInterrupt));
@@ -925,7 +937,11 @@ int RegisterLoopTypes(PyObject* module) {
   }
   Py_DECREF(events);
   Py_DECREF(coroutines);
-  if (set_running_loop == nullptr || asyncio_logger == nullptr ||
+  PyObject* format_helpers = PyImport_ImportModule("asyncio.format_helpers");
+  if (format_helpers == nullptr) return -1;
+  extract_stack = PyObject_GetAttrString(format_helpers, "extract_stack");
+  Py_DECREF(format_helpers);
+  if (set_running_loop == nullptr || asyncio_logger == nullptr || extract_stack == nullptr ||
       set_asyncgen_hooks == nullptr ||
       set_origin_tracking_depth == nullptr ||
       str_asyncgen_firstiter_hook == nullptr || str_asyncgen_finalizer_hook == nullptr ||
@@ -944,6 +960,7 @@ int RegisterLoopTypes(PyObject* module) {
   RuntimeHolder::SetBeforePark(ForgetClosedLoopOnThisWorker);
   FutureHooks hooks = GetFutureHooks();
   hooks.schedule_batch = loop_internal::ScheduleBatch;
+  hooks.source_traceback = LoopSourceTraceback;
   SetFutureHooks(hooks);
   return PyModule_AddObjectRef(module, "Loop", reinterpret_cast<PyObject*>(loop_type));
 }

@@ -209,6 +209,14 @@ void LoopReportException(PyObject* loop, const char* message_prefix,
                          PyObject* what, PyObject* extra_key,
                          PyObject* extra_value);
 
+// In `loop`'s debug mode (one of ours), where the calling Python code is:
+// asyncio.format_helpers.extract_stack() from the innermost Python frame,
+// what stdlib keeps as a future's, task's or handle's _source_traceback
+// (a new reference). nullptr otherwise, and when it cannot be had (no
+// Python frame, an error: cleared), so creating an object never fails
+// for it.
+PyObject* LoopSourceTraceback(PyObject* loop);
+
 // True for SystemExit and KeyboardInterrupt: what stdlib's loop never
 // swallows into an error report.
 bool IsExitException(PyObject* exc);

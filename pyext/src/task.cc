@@ -569,6 +569,7 @@ int TaskInitialize(PyObject* self, PyObject* coro, PyObject* loop, PyObject* nam
     return -1;
   }
   Py_XSETREF(t->base.loop, resolved);
+  Py_XSETREF(t->base.source_traceback, LoopSourceTraceback(resolved));
   t->coro = Py_NewRef(coro);
   t->context = context == Py_None ? PyContext_CopyCurrent() : Py_NewRef(context);
   if (t->context == nullptr) return -1;

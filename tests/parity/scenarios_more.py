@@ -547,3 +547,41 @@ async def log_records_name_the_loop_thread(aio):
     finally:
         log.removeHandler(handler)
     return sorted(set(records))
+
+
+@scenario
+async def debug_mode_records_where_objects_were_made(aio):
+    # stdlib keeps `_source_traceback` (the creating code's stack) on
+    # futures, tasks and handles in debug mode, and a failing callback's
+    # report carries it as "source_traceback". Their frames below ours
+    # differ by backend (stdlib's include its own create_future and
+    # call_later), so the observation is whether this function is there.
+    loop = aio.get_running_loop()
+    here = "debug_mode_records_where_objects_were_made"
+
+    def made_here(stack):
+        return stack is not None and here in [frame.name for frame in stack]
+
+    def fail():
+        raise ValueError("from a callback")
+
+    loop.set_debug(True)
+    reported = loop.create_future()
+    loop.set_exception_handler(
+        lambda lp, ctx: reported.done() or reported.set_result(ctx))
+    try:
+        fut = loop.create_future()
+        task = aio.ensure_future(aio.sleep(0))
+        handle = loop.call_soon(lambda: None)
+        timer = loop.call_later(60, lambda: None)
+        recorded = [made_here(x._source_traceback) for x in (fut, task, handle, timer)]
+        timer.cancel()
+        await task
+        loop.call_soon(fail)
+        ctx = await aio.wait_for(reported, 10)
+        report = [type(ctx["exception"]).__name__, made_here(ctx.get("source_traceback"))]
+    finally:
+        loop.set_exception_handler(None)
+        loop.set_debug(False)
+    plain = loop.create_future()._source_traceback
+    return recorded, report, plain

@@ -203,9 +203,25 @@ def _dump_runtime():
         summary = {k: v for k, v in info.items() if not isinstance(v, (dict, list))}
         _stderr.write("=== runtime: " + json.dumps(summary) + "\n")
         _stderr.write("=== workers: " + json.dumps(workers) + "\n")
+        _dump_pending_tasks()
     except Exception as exc:  # noqa: BLE001 - a report of a report.
         _stderr.write(f"=== runtime: unavailable ({exc!r})\n")
     _stderr.flush()
+
+
+def _dump_pending_tasks():
+    """Every pending task of our running loops, with what it waits for
+    (a done future there is a lost task wakeup; a pending one, a lost
+    completion)."""
+    import gc
+    from mt_asyncio.base_events import EventLoop
+    for loop in [o for o in gc.get_objects() if isinstance(o, EventLoop)]:
+        if not loop.is_running():
+            continue
+        for task in list(loop._all_tasks()):
+            waiter = getattr(task, "_fut_waiter", None)
+            state = None if waiter is None else getattr(waiter, "_state", "?")
+            _stderr.write(f"=== task {task!r}\n    waits for {waiter!r} ({state})\n")
 
 
 _watchdog = None
