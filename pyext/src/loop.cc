@@ -635,12 +635,19 @@ task::Executor* LoopExecutor(PyObject* loop) {
   return st->runtime->executor();
 }
 
-void LoopAdoptSerialStrand(PyObject* loop, runtime::scheduler::Strand* strand) {
+runtime::scheduler::Strand* LoopSerialStrand(PyObject* loop) {
+  using runtime::scheduler::Strand;
   LoopState* st = StateOf(loop);
-  strand->Ref();
   std::lock_guard<std::mutex> lock(st->mu);
-  st->serial_strands.push_back(strand);
-  st->serial_strand.store(strand, std::memory_order_release);
+  Strand* strand = st->serial_strand.load(std::memory_order_acquire);
+  if (strand == nullptr) {
+    strand = Strand::Create(st->runtime->executor());
+    ClaimForLoop(loop, strand);
+    st->serial_strands.push_back(strand);  // The loop's reference.
+    st->serial_strand.store(strand, std::memory_order_release);
+  }
+  strand->Ref();
+  return strand;
 }
 
 FdTable& LoopFds(PyObject* loop) { return StateOf(loop)->fds; }

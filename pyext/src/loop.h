@@ -145,10 +145,14 @@ class StopAfterCallback {
   bool stop_requested_ = false;
 };
 
-// Makes `strand` (a serial main task's, serial_tasks.cc) the one that work
-// scheduled on `loop` from outside its strands joins (LoopState::
-// serial_strand); the loop keeps a reference until it is freed.
-void LoopAdoptSerialStrand(PyObject* loop, runtime::scheduler::Strand* strand);
+// The loop's serial strand (LoopState::serial_strand; a new reference),
+// made on first use: what every serial main task of the loop runs on
+// (serial_tasks.cc), and what work scheduled on `loop` from outside its
+// strands joins. One per loop, so the tasks of successive
+// run_until_complete() calls (anyio's and aiohttp's test runners keep one
+// task across calls) step one at a time with each other too. The loop
+// keeps a reference until it is freed.
+runtime::scheduler::Strand* LoopSerialStrand(PyObject* loop);
 
 // The loop whose unit this worker polls now (borrowed; nullptr on threads
 // that are not workers, or before a worker's first unit).

@@ -78,14 +78,15 @@ struct LoopState {
   // free once run() returns (anyio's
   // test_asyncio_run_does_not_leak_event_loop checks at once).
   std::shared_ptr<std::atomic<int>> worker_holders = std::make_shared<std::atomic<int>>(0);
-  // Under compat.install()'s serial tasks: the strand of the main task of
-  // the loop's latest asyncio.run()/Runner.run() (serial_tasks.cc). What
-  // is scheduled from outside any strand of this loop (another thread's
-  // call_soon_threadsafe / run_coroutine_threadsafe, a step of another
-  // loop) joins it, as everything shares one thread on stdlib's loop:
-  // anyio's portal tasks touch its cancel scopes' sets with the program's
-  // own tasks. Readers take no lock, so each strand the loop ever had
-  // keeps a reference in serial_strands until the loop is freed.
+  // Under compat.install()'s serial tasks: the strand every main task of
+  // the loop (asyncio.run(), Runner.run(), run_until_complete()) runs on,
+  // made on first use (LoopSerialStrand). What is scheduled from outside
+  // any strand of this loop (another thread's call_soon_threadsafe /
+  // run_coroutine_threadsafe, a step of another loop) joins it, as
+  // everything shares one thread on stdlib's loop: anyio's portal tasks
+  // touch its cancel scopes' sets with the program's own tasks. Set once
+  // and read without a lock; serial_strands holds the loop's reference
+  // until the loop is freed.
   std::atomic<runtime::scheduler::Strand*> serial_strand{nullptr};
   std::vector<runtime::scheduler::Strand*> serial_strands;  // Guarded by mu.
   // Debug mode: callbacks are checked when scheduled (stdlib does the same

@@ -1,9 +1,10 @@
 // Strands seen from Python (runtime/scheduler/strand.h).
 //
-// _core._serial_task(loop, coro, context): a task on a new strand that the
-// tasks it starts share, so they step one at a time, each after the
-// previous, as on a one-thread loop, while the connections they make or
-// serve still run in parallel with each other. What compat.install() gives
+// _core._serial_task(loop, coro, context): a task on the loop's serial
+// strand, which the tasks it starts share (and every earlier main task of
+// the loop), so they step one at a time, each after the previous, as on a
+// one-thread loop, while the connections they make or serve still run in
+// parallel with each other. What compat.install() gives
 // asyncio.run()'s main task: libraries share objects between the tasks of
 // a program (an HTTP client's connection pool) the way a one-thread loop
 // lets them.
@@ -33,9 +34,7 @@ PyObject* SerialTask(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   PyObject* loop = args[0];
-  Strand* strand = Strand::Create(LoopRuntime(loop).executor());
-  ClaimForLoop(loop, strand);
-  LoopAdoptSerialStrand(loop, strand);
+  Strand* strand = LoopSerialStrand(loop);
   PyObject* task;
   {
     // create_task binds the new task's unit to the strand current here.

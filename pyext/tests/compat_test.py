@@ -204,3 +204,44 @@ def test_compat_is_reachable_from_the_asyncio_namespace():
     assert mt_aio.compat is mt_asyncio.compat
     from mt_asyncio.asyncio import compat
     assert compat is mt_asyncio.compat
+
+
+def test_successive_run_until_complete_calls_share_one_strand():
+    # anyio's and aiohttp's pytest plugins drive one loop with a
+    # run_until_complete() per test, with a runner task made in the first
+    # call that the later ones hand work to through memory streams. Each
+    # call's task had a strand of its own, so the runner task and the next
+    # call's task stepped in parallel at 4 workers and raced on the
+    # streams' plain dicts and deques: an item buffered while the receiver
+    # was about to wait, and a test that never ended (1 run in 4 of anyio's
+    # test_fileio). Every main task of a loop now runs on its one strand.
+    import time
+    compat.install()
+    mt_asyncio.start_runtime(4)
+    lock = threading.Lock()
+    state = {"active": 0, "overlaps": 0}
+
+    def step():
+        with lock:
+            state["active"] += 1
+            state["overlaps"] += state["active"] > 1
+        time.sleep(0.0002)  # Long enough for a parallel step to show.
+        with lock:
+            state["active"] -= 1
+
+    async def steps(n):
+        for _ in range(n):
+            step()
+            await asyncio.sleep(0)
+
+    async def start():
+        return asyncio.get_running_loop().create_task(steps(400))
+
+    loop = asyncio.new_event_loop()
+    try:
+        background = loop.run_until_complete(start())
+        loop.run_until_complete(asyncio.wait_for(steps(400), 30))
+        loop.run_until_complete(asyncio.wait_for(background, 30))
+    finally:
+        loop.close()
+    assert state["overlaps"] == 0
