@@ -311,6 +311,7 @@ PyObject* Loop_run_until_stopped(PyObject* self, PyObject*) {
   {
     std::lock_guard<std::mutex> lock(st->mu);
     st->running = false;
+    st->exit_pending.store(false, std::memory_order_release);
     st->stop_requested = false;
     st->running_flag.store(false, std::memory_order_release);
     st->home_ident.store(0, std::memory_order_release);
@@ -349,6 +350,7 @@ void RaiseInRunner(LoopState* st, PyObject* exc) {
       st->runner_exc = exc;
       exc = nullptr;
     }
+    st->exit_pending.store(true, std::memory_order_release);
   }
   st->cv.notify_all();
   // A second one while the first is still on its way: stdlib would have
@@ -675,9 +677,12 @@ void LoopWake(PyObject* loop, task::Task* unit) {
 
 bool LoopDeferIfStopped(PyObject* loop, task::Task* unit) {
   LoopState* st = StateOf(loop);
-  if (st->running_flag.load(std::memory_order_acquire)) return false;
+  if (st->running_flag.load(std::memory_order_acquire) &&
+      !st->exit_pending.load(std::memory_order_acquire)) {
+    return false;
+  }
   std::lock_guard<std::mutex> lock(st->mu);
-  if (st->running) return false;
+  if (st->running && !st->exit_pending.load(std::memory_order_relaxed)) return false;
   if (st->closed) {
     // Nothing of a closed loop runs again: the unit takes its cancel path
     // once this poll returns, instead of waiting in a list nobody drains.

@@ -67,6 +67,11 @@ struct LoopState {
   // wins until it is raised. Guarded by mu; strong.
   PyObject* runner_exc = nullptr;
   std::atomic<bool> running_flag{false};
+  // A SystemExit/KeyboardInterrupt is on its way to the thread in
+  // run_forever(): stdlib's loop stops at once, running nothing more, so
+  // units polled from now on wait for the next run (LoopDeferIfStopped).
+  // Set with runner_exc; cleared when run_forever() returns.
+  std::atomic<bool> exit_pending{false};
   // threading.get_ident() of the thread in run_forever() while it runs
   // the loop, else 0: what Python code in the loop's steps and callbacks
   // is told its thread is (loop_thread_identity.cc).

@@ -753,3 +753,47 @@ def test_a_lone_worker_polls_for_io_once_a_round(loop):
     assert expected == 30
     with _workers(1):
         assert run(loop, _round_trips_in_two_yields(asyncio)()) == expected
+
+
+def _exit_from_an_awaited_task(aio, loop):
+    """A task raises SystemExit while the main task awaits it (aiohttp's
+    run_app with a startup hook that exits): what run_until_complete()
+    raises, whether the main task was done then, and how it ends once
+    cancelled."""
+    async def shutdown():
+        raise SystemExit(3)
+
+    async def main():
+        await aio.get_running_loop().create_task(shutdown())
+
+    main_task = loop.create_task(main())
+    try:
+        loop.run_until_complete(main_task)
+        first = "returned"
+    except SystemExit as e:
+        first = f"SystemExit({e.code})"
+    done_then = main_task.done()
+    main_task.cancel()
+    try:
+        loop.run_until_complete(main_task)
+        then = "returned"
+    except aio.CancelledError:
+        then = "cancelled"
+    except SystemExit:
+        then = "SystemExit again"
+    loop.close()
+    return first, done_then, then
+
+
+def test_an_exit_stops_the_loop_before_anything_else_runs():
+    # stdlib's loop stops the moment a step raises SystemExit: the main
+    # task woken by it has not run, and a cancel then ends it. Ours let the
+    # worker go on running the loop's units until the runner thread had
+    # stopped it, so the main task raised the exit a second time, from
+    # the next run_until_complete() (aiohttp's test_run_after_asyncio_run
+    # at one worker).
+    expected = _exit_from_an_awaited_task(stdlib_asyncio, stdlib_asyncio.new_event_loop())
+    assert expected == ("SystemExit(3)", False, "cancelled")
+    with _workers(1):
+        for _ in range(10):
+            assert _exit_from_an_awaited_task(asyncio, EventLoop()) == expected
