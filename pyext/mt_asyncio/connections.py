@@ -98,13 +98,25 @@ class ConnectionMethods:
                             extra=None, server=None,
                             ssl_handshake_timeout=None,
                             ssl_shutdown_timeout=None):
+        return self._make_ssl_transports(
+            rawsock, protocol, sslcontext, waiter, server_side=server_side,
+            server_hostname=server_hostname, extra=extra, server=server,
+            ssl_handshake_timeout=ssl_handshake_timeout,
+            ssl_shutdown_timeout=ssl_shutdown_timeout)[0]
+
+    def _make_ssl_transports(self, rawsock, protocol, sslcontext, waiter, *,
+                             server_side, server_hostname, extra=None,
+                             server=None, ssl_handshake_timeout=None,
+                             ssl_shutdown_timeout=None):
+        """The TLS transport the application gets, and the socket
+        transport under it."""
         ssl_protocol = TLSProtocol(
             self, protocol, sslcontext, waiter, server_side, server_hostname,
             ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout)
-        _core._make_socket_transport(self, rawsock, ssl_protocol, None,
-                                     extra, server)
-        return ssl_protocol._app_transport
+        raw = _core._make_socket_transport(self, rawsock, ssl_protocol, None,
+                                           extra, server)
+        return ssl_protocol._app_transport, raw
 
     def _tls_server_factory(self, protocol_factory, sslcontext,
                             ssl_handshake_timeout, ssl_shutdown_timeout):
@@ -126,18 +138,23 @@ class ConnectionMethods:
         waiter = self.create_future()
         if ssl:
             sslcontext = _ssl_context(ssl, server_side)
-            transport = self._make_ssl_transport(
+            transport, raw = self._make_ssl_transports(
                 sock, protocol, sslcontext, waiter, server_side=server_side,
                 server_hostname=server_hostname,
                 ssl_handshake_timeout=ssl_handshake_timeout,
                 ssl_shutdown_timeout=ssl_shutdown_timeout)
         else:
-            transport = self._make_socket_transport(sock, protocol, waiter)
+            transport = raw = self._make_socket_transport(sock, protocol, waiter)
         try:
             await waiter
         except BaseException:
             transport.close()
-            released = getattr(transport, "_released", None)
+            released = getattr(raw, "_released", None)
+            if (raw is not transport and waiter.done() and not waiter.cancelled()
+                    and waiter.exception() is None):
+                # The handshake was done: closing shuts TLS down first, and
+                # that keeps the socket for a while, as on stdlib.
+                released = None
             if released is not None:
                 # stdlib's close() takes the socket off its selector at
                 # once; ours lets go of it on the connection's strand. Wait

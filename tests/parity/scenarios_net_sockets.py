@@ -489,7 +489,26 @@ async def cancelled_create_connection_with_sock_lets_go_of_it(aio):
     # caller closes it, and the next connection, whose socket likely gets
     # the same number, is made without "File descriptor N is used by
     # transport". (Whether the cancel beat the connection is timing.)
+    return await _cancel_connections_on_sock(aio, ssl=None, timeout=0)
+
+
+@scenario
+async def cancelled_tls_create_connection_with_sock_lets_go_of_it(aio):
+    # The same over TLS, cancelled during the handshake (the listener
+    # never answers it): the TLS transport's socket transport lets go of
+    # the socket before the CancelledError arrives.
+    import ssl
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return await _cancel_connections_on_sock(aio, ssl=ctx, timeout=0.002)
+
+
+async def _cancel_connections_on_sock(aio, *, ssl, timeout):
+    """20 rounds: create_connection(sock=s) cancelled after `timeout`, s
+    closed, then a plain connection on a new socket: how did each end?"""
     loop = aio.get_running_loop()
+    tls = {} if ssl is None else {"ssl": ssl, "server_hostname": ""}
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     outcomes = []
@@ -499,7 +518,7 @@ async def cancelled_create_connection_with_sock_lets_go_of_it(aio):
             s.setblocking(False)
             try:
                 transport, _ = await aio.wait_for(
-                    loop.create_connection(aio.Protocol, sock=s), 0)
+                    loop.create_connection(aio.Protocol, sock=s, **tls), timeout)
                 transport.close()
             except TimeoutError:
                 pass
