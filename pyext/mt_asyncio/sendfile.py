@@ -134,6 +134,14 @@ class SendfileMethods:
                                                    errno.ENOSYS):
                         raise exceptions.SendfileNotAvailableError(
                             "os.sendfile call failed") from exc
+                    if isinstance(exc, ConnectionError):
+                        # The connection is gone: the transport closes now,
+                        # with this error, as stdlib's does once its read
+                        # side meets the reset. Here the read side runs on
+                        # the connection's strand, possibly on another
+                        # worker and later, and the caller that catches
+                        # this expects is_closing() already.
+                        transport._force_close(exc)
                     raise
                 if n == 0:
                     break  # The file ended early.
