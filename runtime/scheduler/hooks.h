@@ -18,6 +18,11 @@ struct WorkerHooks {
   std::function<void(std::size_t worker_index)> after_unpark;
 };
 
+// Runs `hook` if it is set (the worker loop and the stand-in worker).
+inline void RunHook(const std::function<void(std::size_t)>& hook, std::size_t i) {
+  if (hook) hook(i);
+}
+
 }  // namespace mt::runtime::scheduler
 
 #endif  // MT_RUNTIME_SCHEDULER_HOOKS_H_

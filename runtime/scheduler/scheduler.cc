@@ -24,10 +24,6 @@ std::int64_t NowNs() {
       .count();
 }
 
-void RunHook(const std::function<void(std::size_t)>& hook, std::size_t i) {
-  if (hook) hook(i);
-}
-
 }  // namespace
 
 // The state a worker thread keeps to itself: only its own thread touches

@@ -46,10 +46,6 @@ constexpr std::chrono::milliseconds kStandInRecheck{5};
 // alone (those of a held domain).
 constexpr std::size_t kStandInScanLimit = 4096;
 
-void RunHook(const std::function<void(std::size_t)>& hook, std::size_t i) {
-  if (hook) hook(i);
-}
-
 }  // namespace
 
 bool Scheduler::StillHeld(const std::vector<HeldWorker>& held) const {
