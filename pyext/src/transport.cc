@@ -129,6 +129,13 @@ class Conn final : public ConnectionUnit {
   bool sendfile_active_ = false;
   PyObject* writable_waiter_ = nullptr;
 
+  // --- any thread ---
+  // _call_serialized() calls queued for the strand and not begun yet. A
+  // call made while any is pending queues behind it, even from a unit
+  // that could run it now: a step of an ancestor strand's task must not
+  // overtake a write a plain thread queued before starting that step.
+  std::atomic<int> serialized_pending_{0};
+
   // --- the unit's own (on the strand) ---
   bool attached_ = false;  // server_._attach() was called (an accepted
                            // connection: by the acceptor, before the first wake).
@@ -643,30 +650,52 @@ PyObject* Transport_set_protocol(PyObject* self, PyObject* protocol) {
 
 
 // _call_serialized(callback, *args): callback(*args) now if the caller runs
-// on this connection's strand (returning its result), else soon on the
-// strand (returning None), in the caller's context. What wraps a
-// connection in more protocol state (TLS) uses it so that its own methods
-// are as safe from any thread as write() is.
+// on this connection's strand (or an ancestor of it) and no earlier call
+// is still queued (returning its result), else soon on the strand, after
+// the calls queued before it (returning None), in the caller's context.
+// What wraps a connection in more protocol state (TLS) uses it so that its
+// own methods are as safe from any thread as write() is, and keep the
+// order they were called in.
 PyObject* Transport_call_serialized(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 1) {
     PyErr_SetString(PyExc_TypeError, "_call_serialized(callback, *args)");
     return nullptr;
   }
   Conn* c = ConnOf(self);
-  if (c->OnMyStrand() || c->strand_ == nullptr) {
+  if (c->strand_ == nullptr ||
+      (c->OnMyStrand() && c->serialized_pending_.load(std::memory_order_acquire) == 0)) {
     return PyObject_Vectorcall(args[0], args + 1, static_cast<std::size_t>(nargs - 1), nullptr);
   }
-  PyObject* rest = PyTuple_New(nargs - 1);
-  if (rest == nullptr) return nullptr;
-  for (Py_ssize_t i = 1; i < nargs; ++i) PyTuple_SET_ITEM(rest, i - 1, Py_NewRef(args[i]));
+  PyObject* run = PyObject_GetAttrString(self, "_run_serialized");
+  if (run == nullptr) return nullptr;
+  PyObject* rest = PyTuple_New(nargs);
+  if (rest == nullptr) {
+    Py_DECREF(run);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) PyTuple_SET_ITEM(rest, i, Py_NewRef(args[i]));
   PyObject* ctx = PyContext_CopyCurrent();
-  PyObject* handle = ctx != nullptr ? LoopNewHandle(c->loop_, args[0], rest, ctx) : nullptr;
+  PyObject* handle = ctx != nullptr ? LoopNewHandle(c->loop_, run, rest, ctx) : nullptr;
+  Py_DECREF(run);
   Py_DECREF(rest);
   Py_XDECREF(ctx);
   if (handle == nullptr) return nullptr;
+  c->serialized_pending_.fetch_add(1, std::memory_order_acq_rel);
   LoopScheduleHandle(c->loop_, handle, c->strand_);
   Py_DECREF(handle);
   Py_RETURN_NONE;
+}
+
+// _run_serialized(callback, *args): a queued _call_serialized() call, run
+// on the strand. It stops counting as pending before it runs, so that what
+// it calls on this transport runs inline.
+PyObject* Transport_run_serialized(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "_run_serialized(callback, *args)");
+    return nullptr;
+  }
+  ConnOf(self)->serialized_pending_.fetch_sub(1, std::memory_order_acq_rel);
+  return PyObject_Vectorcall(args[0], args + 1, static_cast<std::size_t>(nargs - 1), nullptr);
 }
 
 // _sendfile_begin() / _sendfile_end(): loop.sendfile()'s native path owns
@@ -770,6 +799,9 @@ PyMethodDef transport_methods[] = {
     {"_call_serialized",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_call_serialized)),
      METH_FASTCALL, "Run a callable on this connection's strand."},
+    {"_run_serialized",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_run_serialized)),
+     METH_FASTCALL, "A queued _call_serialized() call (the strand's side)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -4,6 +4,7 @@ import os
 import socket
 import ssl
 import tempfile
+import threading
 
 from harness import aobserve, scenario, since
 from net_common import (TIMEOUT, client_context, close_writer, echo_handler,
@@ -348,3 +349,31 @@ async def tls_start_tls_over_tls(aio):
     server.close()
     await aio.wait_for(server.wait_closed(), TIMEOUT)
     return [ok, reply, outer is not inner, inner.version()]
+
+
+@scenario
+async def tls_writes_keep_call_order_across_threads(aio):
+    """A plain thread writes to the TLS transport while the task that made
+    the connection waits for it; then that task writes: the peer gets the
+    thread's bytes first, as the calls were made. (Ours once ran the
+    task's write at once and the thread's later: the task's step may run
+    on the connection's behalf, the thread's call waited for the
+    connection's turn.)"""
+    server = await aio.start_server(echo_handler, "127.0.0.1", 0,
+                                    ssl=server_context())
+    r, w = await aio.open_connection("127.0.0.1", port_of(server),
+                                     ssl=client_context(),
+                                     server_hostname="localhost")
+    expected = bytearray()
+    for i in range(20):
+        first, second = b"thread%02d." % i, b"task%02d." % i
+        writer = threading.Thread(target=w.write, args=(first,))
+        writer.start()
+        writer.join(TIMEOUT)  # Blocks this step, as a sync call would.
+        w.write(second)
+        expected += first + second
+    got = await aio.wait_for(r.readexactly(len(expected)), TIMEOUT)
+    await close_writer(aio, w)
+    server.close()
+    await aio.wait_for(server.wait_closed(), TIMEOUT)
+    return got == expected or bytes(got)
