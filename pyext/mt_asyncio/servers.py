@@ -135,9 +135,13 @@ class Server(events.AbstractServer):
         with _live_lock:
             _live.discard(self)
         # A listener's close waits for an accept in progress on another
-        # worker to attach its connection: counted below, not missed.
+        # worker to attach its connection, and first accepts what the
+        # kernel holds already established (on a one-thread loop, the
+        # accept of a connection whose peer has connected runs before the
+        # step that closes): counted below, not missed or reset.
+        accept_pending = not self._loop.is_closed()
         for listener in listeners:
-            listener.close()
+            listener.close(accept_pending)
         with self._lock:
             no_clients = not self._clients
         for sock in sockets:

@@ -975,7 +975,7 @@ class Acceptor final : public rt_task::Task {
   runtime::time::TimerEntry retry_;
   std::chrono::steady_clock::time_point retry_at_{};  // Only the unit.
 
- private:
+  // Attaches and starts the connection accepted as `fd`. Under accept_mu_.
   void StartConnection(int fd);
 };
 
@@ -1081,10 +1081,28 @@ int Listener_traverse(PyObject* self, visitproc visit, void* arg) {
   return 0;
 }
 
-void CloseAcceptor(ListenerObject* l) {
+// `accept_pending`: if the reactor has told the acceptor that connections
+// wait and it has not taken them yet, take them first (up to a poll's
+// worth). A one-thread loop runs its accept callback in the iteration that
+// learns of the connection, before the steps that follow (the peer's own,
+// when it is a client on the same loop, which may have connected, written
+// and closed by now): here the acceptor may still wait for a busy worker,
+// and closing the socket under those connections would reset them. What
+// the loop has not been told of yet is left to the close, as on stdlib's.
+void CloseAcceptor(ListenerObject* l, bool accept_pending = false) {
   Acceptor* a = std::exchange(l->acceptor, nullptr);
   if (a == nullptr) return;
   PyMutex_Lock(&a->accept_mu_);  // Lets an accept in progress attach first.
+  accept_pending = accept_pending && a->io_ != nullptr &&
+                   (a->io_->readiness() & io::kReadable) != 0;
+  for (int i = 0; accept_pending && i < a->backlog_; ++i) {
+    const int fd = accept4(a->fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      a->StartConnection(fd);
+    } else if (errno != EINTR && errno != ECONNABORTED && errno != EPROTO) {
+      break;  // Nothing more waits (EAGAIN), or accept() fails: close as is.
+    }
+  }
   a->closed_.store(true, std::memory_order_release);
   PyMutex_Unlock(&a->accept_mu_);
   if (a->io_ != nullptr) FdTableUnregisterTransport(a->loop_, a->fd_);
@@ -1142,8 +1160,15 @@ PyObject* Listener_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   return reinterpret_cast<PyObject*>(self);
 }
 
-PyObject* Listener_close(PyObject* self, PyObject*) {
-  CloseAcceptor(reinterpret_cast<ListenerObject*>(self));
+// close(accept_pending=False): stop accepting; see CloseAcceptor.
+PyObject* Listener_close(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs > 1) {
+    PyErr_SetString(PyExc_TypeError, "close(accept_pending=False)");
+    return nullptr;
+  }
+  const int accept_pending = nargs == 1 ? PyObject_IsTrue(args[0]) : 0;
+  if (accept_pending < 0) return nullptr;
+  CloseAcceptor(reinterpret_cast<ListenerObject*>(self), accept_pending > 0);
   Py_RETURN_NONE;
 }
 
@@ -1155,7 +1180,10 @@ PyObject* Listener_resume(PyObject* self, PyObject*) {
 }
 
 PyMethodDef listener_methods[] = {
-    {"close", Listener_close, METH_NOARGS, "Stop accepting (the socket stays open)."},
+    {"close", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Listener_close)),
+     METH_FASTCALL,
+     "Stop accepting (the socket stays open); accept_pending: first take the "
+     "connections already established."},
     {"resume", Listener_resume, METH_NOARGS, "Look for connections again."},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -454,6 +454,38 @@ async def stream_server_handler_exception_closes_connection(aio):
 
 
 @scenario
+async def stream_server_closed_after_a_client_came_and_went(aio):
+    """A client of the same loop connects, writes, closes and is gone
+    before the server is closed: its handler still runs (here it fails)
+    and wait_closed() waits for it, as a one-thread loop accepts in the
+    iteration that learns of the connection. (Ours, at 4 busy workers,
+    once closed the listening socket before a worker accepted: the
+    handler never ran and its report never came; CPython's
+    test_streams.test_unhandled_exception.)"""
+    loop = aio.get_running_loop()
+    seen = []
+    loop.set_exception_handler(lambda lp, ctx: seen.append(ctx["message"]))
+    rounds = []
+    for _ in range(10):
+        handled = []
+
+        async def handler(reader, writer):
+            handled.append(await reader.read(8))
+            raise ValueError("handler failed")
+
+        server = await aio.start_server(handler, "127.0.0.1", 0)
+        await server.start_serving()
+        r, w = await aio.open_connection("127.0.0.1", port_of(server))
+        w.write(b"test msg")
+        await w.drain()
+        await close_writer(aio, w)
+        server.close()
+        await aio.wait_for(server.wait_closed(), TIMEOUT)
+        rounds.append((handled, len(seen)))
+    return rounds
+
+
+@scenario
 async def stream_ipv6_loopback_if_available(aio):
     if not socket.has_ipv6:
         return "no ipv6"
