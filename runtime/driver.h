@@ -31,6 +31,10 @@ class Driver {
   io::IoDriver& io() { return *io_; }
   time::TimerDriver& timers() { return timers_; }
 
+  // Whether a turn of the reactor could report anything: timers are armed
+  // or descriptors registered. Racy, for deciding whether to drive it.
+  bool HasWork() { return timers_.pending() > 0 || io_->registered() > 0; }
+
   // Releases every registration and timer (and the task references they
   // hold). Call after the workers stopped.
   void Shutdown();

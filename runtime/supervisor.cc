@@ -143,8 +143,7 @@ void Runtime::MaybeStartStandIn() {
   }
   const bool waiting =
       queued_behind || scheduler_.injector_depth() > 0 ||
-      (driver_ != nullptr && shared_driver_.workers_drive &&
-       (driver_->timers().pending() > 0 || driver_->io().registered() > 0));
+      (driver_ != nullptr && shared_driver_.workers_drive && driver_->HasWork());
   if (waiting) scheduler_.StartStandIn(held_workers_);
 }
 
@@ -159,7 +158,7 @@ void Runtime::MaybeStartStandIn() {
 // nothing; a timer is then at most one sampling interval late.
 void Runtime::KeepReactorDriven() {
   if (driver_ == nullptr || !shared_driver_.workers_drive) return;
-  if (driver_->timers().pending() == 0 && driver_->io().registered() == 0) return;
+  if (!driver_->HasWork()) return;
   if (!shared_driver_.lock.try_lock()) return;  // Somebody drives it.
   shared_driver_.lock.unlock();
   scheduler_.WakeOneParked();

@@ -668,7 +668,7 @@ void Scheduler::Worker::LoneWorkerRound() {
   if (round_left == 0) {
     const SharedDriver* shared = scheduler->driver_;
     if (shared != nullptr && shared->workers_drive && shared->driver != nullptr &&
-        (shared->driver->io().registered() > 0 || shared->driver->timers().pending() > 0)) {
+        shared->driver->HasWork()) {
       Maintenance();
     }
     // The units queued now make the round; what they queue runs after
