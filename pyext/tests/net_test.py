@@ -292,5 +292,59 @@ def test_server_close_while_clients_stream():
     assert len(lost) == 50
 
 
+def test_every_peer_close_reaches_connection_lost():
+    """300 clients hang up on a server at 4 workers (close or abort, some
+    while the server writes 64 KiB back): every server-side protocol is
+    told, and the server's wait_closed() returns."""
+    counts = {"made": 0, "lost": 0}
+    lock = threading.Lock()
+    n = 300
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        all_lost = asyncio.Event()
+
+        class Proto(asyncio.Protocol):
+            def connection_made(self, t):
+                self.t = t
+                with lock:
+                    counts["made"] += 1
+
+            def data_received(self, data):
+                self.t.write(b"x" * 65536)
+
+            def connection_lost(self, exc):
+                with lock:
+                    counts["lost"] += 1
+                    last = counts["lost"] == n
+                if last:
+                    loop.call_soon_threadsafe(all_lost.set)
+
+        server = await loop.create_server(Proto, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+
+        async def client(i):
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(b"hello")
+            if i % 2:
+                await asyncio.sleep(0.001)
+            if i % 5 == 0:
+                w.transport.abort()
+            else:
+                w.close()
+            try:
+                await w.wait_closed()
+            except ConnectionError:
+                pass
+
+        await asyncio.wait_for(asyncio.gather(*(client(i) for i in range(n))), WAIT)
+        await asyncio.wait_for(all_lost.wait(), WAIT)
+        server.close()
+        await asyncio.wait_for(server.wait_closed(), WAIT)
+
+    asyncio.run(main(), threads=4)
+    assert counts == {"made": n, "lost": n}
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
