@@ -975,9 +975,20 @@ class Acceptor final : public rt_task::Task {
   runtime::time::TimerEntry retry_;
   std::chrono::steady_clock::time_point retry_at_{};  // Only the unit.
 
-  // Attaches and starts the connection accepted as `fd`. Under accept_mu_.
+  // accept4() once; the connection it returns is attached and started.
+  // Returns 0, or accept4()'s errno. Under accept_mu_.
+  int AcceptOne();
+
+ private:
   void StartConnection(int fd);
 };
+
+int Acceptor::AcceptOne() {
+  const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) return errno;
+  StartConnection(fd);
+  return 0;
+}
 
 void Acceptor::StartConnection(int fd) {
   PyObject* sock = PyObject_CallFunction(socket_type, "iiii", family_, type_ | SOCK_NONBLOCK,
@@ -1039,11 +1050,9 @@ bool Acceptor::Poll() {
       PyMutex_Unlock(&accept_mu_);
       return true;
     }
-    const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    const int err = errno;
-    if (fd >= 0) StartConnection(fd);
+    const int err = AcceptOne();
     PyMutex_Unlock(&accept_mu_);
-    if (fd >= 0) continue;
+    if (err == 0) continue;
     if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
     if (err == EAGAIN || err == EWOULDBLOCK) {
       driver.ClearReadiness(io_, io::Direction::kRead, *ready);
@@ -1096,10 +1105,8 @@ void CloseAcceptor(ListenerObject* l, bool accept_pending = false) {
   accept_pending = accept_pending && a->io_ != nullptr &&
                    (a->io_->readiness() & io::kReadable) != 0;
   for (int i = 0; accept_pending && i < a->backlog_; ++i) {
-    const int fd = accept4(a->fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      a->StartConnection(fd);
-    } else if (errno != EINTR && errno != ECONNABORTED && errno != EPROTO) {
+    const int err = a->AcceptOne();
+    if (err != 0 && err != EINTR && err != ECONNABORTED && err != EPROTO) {
       break;  // Nothing more waits (EAGAIN), or accept() fails: close as is.
     }
   }
