@@ -75,6 +75,10 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         self._thread_id = None
         self._native_thread_id = 0  # For the control plane's ListLoops.
         self.slow_callback_duration = 0.1
+        if _serial_tasks():
+            # Tasks created before the first run_until_complete() join the
+            # strand its main task will step on (serial_tasks.cc).
+            _core._adopt_serial_strand(self)
         self._subprocesses = set()  # Children not reaped yet.
         self._subprocesses_lock = threading.Lock()
         # fd -> the object add_reader/add_writer was given, per direction

@@ -15,6 +15,8 @@
 // calling code's (which joins one if it runs in a task), and what fn
 // schedules while it runs on the caller's thread — fd watchers, callbacks,
 // tasks — is bound to the strand.
+//
+// _core._adopt_serial_strand(loop): see AdoptSerialStrand.
 
 #include "pyext/src/serial_tasks.h"
 
@@ -53,6 +55,20 @@ PyObject* SerialTask(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return task;
 }
 
+// Makes the loop's serial strand now, before its first main task: under
+// compat.install() a loop a program builds and fills with create_task()
+// before running it (or between runs) steps those tasks one at a time with
+// its main task's, as a one-thread loop does, rather than in parallel
+// until the first run_until_complete() makes the strand.
+PyObject* AdoptSerialStrand(PyObject*, PyObject* loop) {
+  if (!IsLoop(loop)) {
+    PyErr_SetString(PyExc_TypeError, "_adopt_serial_strand(loop)");
+    return nullptr;
+  }
+  LoopSerialStrand(loop)->Unref();  // The loop keeps its own reference.
+  Py_RETURN_NONE;
+}
+
 constexpr const char* kStrandCapsule = "mt_asyncio._core.strand";
 
 void DropStrand(PyObject* capsule) {
@@ -83,6 +99,8 @@ PyObject* OnStrand(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 PyMethodDef methods[] = {
+    {"_adopt_serial_strand", AdoptSerialStrand, METH_O,
+     "Binds the loop's outside work to its serial strand from now on."},
     {"_connection_strand", ConnectionStrand, METH_O,
      "A new strand for a transport the calling code makes (a capsule)."},
     {"_on_strand",

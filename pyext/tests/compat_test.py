@@ -245,3 +245,43 @@ def test_successive_run_until_complete_calls_share_one_strand():
     finally:
         loop.close()
     assert state["overlaps"] == 0
+
+
+def test_tasks_created_before_the_first_run_share_the_main_strand():
+    # anyio's test_asyncio_no_recycle_stopping_worker builds its own loop
+    # and fills it with loop.create_task() before running it. The loop's
+    # serial strand was made by the first run_until_complete(), so those
+    # tasks stepped in parallel with each other and with the main task's
+    # done callbacks at 4 workers; anyio's worker-thread pool raced on its
+    # idle set and a job was never run (a hang). A loop built under
+    # compat.install() is on its serial strand from the start.
+    import time
+    compat.install()
+    mt_asyncio.start_runtime(4)
+    lock = threading.Lock()
+    state = {"active": 0, "overlaps": 0}
+
+    def step():
+        with lock:
+            state["active"] += 1
+            state["overlaps"] += state["active"] > 1
+        time.sleep(0.0002)  # Long enough for a parallel step to show.
+        with lock:
+            state["active"] -= 1
+
+    async def steps(n):
+        for _ in range(n):
+            step()
+            await asyncio.sleep(0)
+
+    for make in (asyncio.new_event_loop, asyncio.EventLoop):
+        loop = make()
+        try:
+            early = [loop.create_task(steps(200)) for _ in range(4)]
+            done = []
+            loop.call_soon(lambda: (step(), done.append(1)))
+            loop.run_until_complete(asyncio.wait_for(asyncio.gather(*early), 30))
+            assert done == [1]
+        finally:
+            loop.close()
+    assert state["overlaps"] == 0
