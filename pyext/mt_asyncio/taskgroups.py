@@ -143,18 +143,40 @@ class TaskGroup:
         if self._exiting and not self._tasks:
             coro.close()
             raise RuntimeError(f"TaskGroup {self!r} is finished")
-        if self._aborting:
+        if self._aborting and not self._abort_unseen_by_parent():
             coro.close()
             raise RuntimeError(f"TaskGroup {self!r} is shutting down")
         # The parent awaits its group's tasks (call-graph introspection),
         # recorded before the task's first step, as on one thread.
         task = _core._create_awaited_task(self._loop, self._parent_task, coro,
                                           name, context)
-        # In the set before its done callback can possibly run.
+        # In the set before its done callback can possibly run. Another
+        # task's failure may have begun the abort since the check above (its
+        # done callback runs on another worker, beside this step), and the
+        # abort cancels only what was in the set then: a task added after
+        # it is cancelled here, as it would have been had this call come
+        # first on one thread. Without this it ran on, and __aexit__ waited
+        # for it forever.
         with self._lock:
             self._tasks.add(task)
+            aborting = self._aborting
         task.add_done_callback(self._on_task_done)
+        if aborting:
+            task.cancel()
         return task
+
+    def _abort_unseen_by_parent(self):
+        # A child's failure began the abort during the parent's current
+        # step (the cancel it asked for is still pending: the parent has
+        # not reached an await since). On one thread that failure could
+        # only be handled after this step, so the step's create_task()
+        # calls come first: their tasks join the group and are cancelled
+        # rather than refused.
+        with self._lock:
+            parent = self._parent_task
+            return (self._parent_cancel_requested and parent is not None
+                    and parent is tasks.current_task(self._loop)
+                    and parent._must_cancel)
 
     @staticmethod
     def _is_base_error(exc):

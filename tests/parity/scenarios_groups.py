@@ -45,6 +45,37 @@ async def taskgroup_two_errors(aio):
 
 
 @scenario
+async def taskgroup_tasks_created_in_the_step_a_sibling_fails(aio):
+    # The first child fails at its first step, which at several workers
+    # runs beside the parent's step that goes on creating tasks. Those
+    # join the group and are cancelled, as on one thread where the failure
+    # is handled after the step; one created after the abort's check was
+    # missed by it and __aexit__ waited for it forever.
+    async def fail_now():
+        raise ValueError("first")
+
+    async def sibling():
+        await aio.sleep(10)
+
+    outcomes = set()
+    for _ in range(200):
+        siblings = []
+        try:
+            async with aio.timeout(5):
+                try:
+                    async with aio.TaskGroup() as tg:
+                        tg.create_task(fail_now())
+                        for _ in range(3):
+                            siblings.append(tg.create_task(sibling()))
+                except BaseExceptionGroup as eg:
+                    outcomes.add((*map(str, _group_summary(eg)),
+                                  sum(t.cancelled() for t in siblings)))
+        except TimeoutError:
+            outcomes.add("hung")
+    return sorted(outcomes)
+
+
+@scenario
 async def taskgroup_body_error(aio):
     try:
         async with aio.TaskGroup() as tg:
