@@ -129,7 +129,11 @@ PyObject* MakeCancelledError(FutureObject* fut) {
   PyObject* msg = nullptr;
   PyObject* cached = nullptr;
   Py_BEGIN_CRITICAL_SECTION(fut);
-  cached = Py_XNewRef(fut->cancelled_exc);
+  // Handed out once, as stdlib's _asyncio does: the exception's traceback
+  // holds the frames that raised it, and a future that kept it too would
+  // be a reference cycle (future -> exception -> frame -> future) that
+  // only the cycle collector frees, one per cancelled task awaited.
+  cached = std::exchange(fut->cancelled_exc, nullptr);
   msg = Py_XNewRef(fut->cancel_msg);
   Py_END_CRITICAL_SECTION();
   if (cached != nullptr) {

@@ -51,7 +51,7 @@ struct FutureObject {
   PyObject* exception;
   PyObject* exception_tb;
   PyObject* cancel_msg;
-  PyObject* cancelled_exc;  // Cached CancelledError for result()/exception().
+  PyObject* cancelled_exc;  // The task's CancelledError, for the first result()/exception().
   // Pending done callbacks in registration order: the first inline (most
   // futures get exactly one, the awaiting task's waker, and then need no
   // allocation), the rest on the heap. first_callback.fn == nullptr: none.
