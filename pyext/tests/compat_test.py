@@ -206,18 +206,11 @@ def test_compat_is_reachable_from_the_asyncio_namespace():
     assert compat is mt_asyncio.compat
 
 
-def test_successive_run_until_complete_calls_share_one_strand():
-    # anyio's and aiohttp's pytest plugins drive one loop with a
-    # run_until_complete() per test, with a runner task made in the first
-    # call that the later ones hand work to through memory streams. Each
-    # call's task had a strand of its own, so the runner task and the next
-    # call's task stepped in parallel at 4 workers and raced on the
-    # streams' plain dicts and deques: an item buffered while the receiver
-    # was about to wait, and a test that never ended (1 run in 4 of anyio's
-    # test_fileio). Every main task of a loop now runs on its one strand.
+def _overlap_meter():
+    """(state, step, steps): step() counts in state["overlaps"] each time
+    it runs while another step() is running; steps(n) is a coroutine of
+    n steps with an await between them."""
     import time
-    compat.install()
-    mt_asyncio.start_runtime(4)
     lock = threading.Lock()
     state = {"active": 0, "overlaps": 0}
 
@@ -233,6 +226,22 @@ def test_successive_run_until_complete_calls_share_one_strand():
         for _ in range(n):
             step()
             await asyncio.sleep(0)
+
+    return state, step, steps
+
+
+def test_successive_run_until_complete_calls_share_one_strand():
+    # anyio's and aiohttp's pytest plugins drive one loop with a
+    # run_until_complete() per test, with a runner task made in the first
+    # call that the later ones hand work to through memory streams. Each
+    # call's task had a strand of its own, so the runner task and the next
+    # call's task stepped in parallel at 4 workers and raced on the
+    # streams' plain dicts and deques: an item buffered while the receiver
+    # was about to wait, and a test that never ended (1 run in 4 of anyio's
+    # test_fileio). Every main task of a loop now runs on its one strand.
+    compat.install()
+    mt_asyncio.start_runtime(4)
+    state, step, steps = _overlap_meter()
 
     async def start():
         return asyncio.get_running_loop().create_task(steps(400))
@@ -255,24 +264,9 @@ def test_tasks_created_before_the_first_run_share_the_main_strand():
     # done callbacks at 4 workers; anyio's worker-thread pool raced on its
     # idle set and a job was never run (a hang). A loop built under
     # compat.install() is on its serial strand from the start.
-    import time
     compat.install()
     mt_asyncio.start_runtime(4)
-    lock = threading.Lock()
-    state = {"active": 0, "overlaps": 0}
-
-    def step():
-        with lock:
-            state["active"] += 1
-            state["overlaps"] += state["active"] > 1
-        time.sleep(0.0002)  # Long enough for a parallel step to show.
-        with lock:
-            state["active"] -= 1
-
-    async def steps(n):
-        for _ in range(n):
-            step()
-            await asyncio.sleep(0)
+    state, step, steps = _overlap_meter()
 
     for make in (asyncio.new_event_loop, asyncio.EventLoop):
         loop = make()
