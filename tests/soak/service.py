@@ -39,23 +39,42 @@ mt_asyncio.compat.install()
 
 from aiohttp import web  # noqa: E402 - after install(), as a user would.
 
-counters = collections.Counter()
-lock = threading.Lock()
+class Counts:
+    """Counters bumped from every worker, read as one snapshot."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts = collections.Counter()
+        self.failures = collections.Counter()  # Failed tasks by exception type.
+
+    def bump(self, key, n=1):
+        with self._lock:
+            self._counts[key] += n
+
+    def failed(self, exc):
+        with self._lock:
+            self._counts["tasks_failed"] += 1
+            self.failures[type(exc).__name__] += 1
+
+    def get(self, key):
+        with self._lock:
+            return self._counts[key]
+
+    def snapshot(self):
+        with self._lock:
+            return dict(self._counts), dict(self.failures)
 
 
-def bump(key, n=1):
-    with lock:
-        counters[key] += n
+counts = Counts()
+bump = counts.bump
 
 
-def emit(**fields):
-    print(json.dumps(fields), flush=True)
+def emit(event, **fields):
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
 
 
 # --- task accounting -----------------------------------------------------------
-
-failures = collections.Counter()
-
 
 def _task_done(task):
     if task.cancelled():
@@ -65,9 +84,7 @@ def _task_done(task):
     if exc is None:
         bump("tasks_ok")
     else:
-        bump("tasks_failed")
-        with lock:
-            failures[type(exc).__name__] += 1
+        counts.failed(exc)
 
 
 def task_factory(loop, coro, **kwargs):
@@ -214,7 +231,7 @@ async def timers():
     loop = asyncio.get_running_loop()
     while True:
         fired = loop.create_future()
-        delay = 0.01 + (counters["timers_fired"] % 7) * 0.003
+        delay = 0.01 + (counts.get("timers_fired") % 7) * 0.003
         start = loop.time()
         loop.call_later(delay, lambda: fired.done() or fired.set_result(loop.time()))
         when = await fired
@@ -240,9 +257,8 @@ async def stats():
     while True:
         await asyncio.sleep(1)
         info = mt_asyncio.runtime_info()
-        with lock:
-            snapshot = dict(counters)
-        emit(event="stats", stalls=info["stalls_detected"],
+        snapshot, _ = counts.snapshot()
+        emit("stats", stalls=info["stalls_detected"],
              workers=info["config"]["worker_threads"], gc_runs=gc_runs[0], **snapshot)
 
 
@@ -274,7 +290,7 @@ async def main(args):
                         os.path.join(args.folder, "server.key"))
     line_tls = await asyncio.start_server(line_handler, "127.0.0.1", 0, ssl=tls)
     own = [asyncio.create_task(c) for c in (pipeline(), timers(), short_bursts(), stats())]
-    emit(event="ready", pid=os.getpid(), http_port=http_port,
+    emit("ready", pid=os.getpid(), http_port=http_port,
          tcp_port=line_tcp.sockets[0].getsockname()[1],
          tls_port=line_tls.sockets[0].getsockname()[1], unix_path=unix_path)
     try:
@@ -304,10 +320,9 @@ def run():
             stalls = mt_asyncio.runtime_info()["stalls_detected"]
         except Exception:  # The runtime is gone after the shutdown.
             stalls = None
-        with lock:
-            emit(event="exit", seconds=round(time.monotonic() - started, 3),
-                 gc_runs=gc_runs[0], stalls=stalls,
-                 failures=dict(failures), **counters)
+        snapshot, failures = counts.snapshot()
+        emit("exit", seconds=round(time.monotonic() - started, 3),
+             gc_runs=gc_runs[0], stalls=stalls, failures=failures, **snapshot)
     sys.exit(0)
 
 
