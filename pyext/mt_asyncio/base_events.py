@@ -200,6 +200,17 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
     async def shutdown_default_executor(self, timeout=None):
         self._executor_shutdown_called = True
         if self._default_executor is None:
+            # Our default executor is the runtime's blocking pool, shared
+            # by every loop: wait for this loop's jobs in it to be over, as
+            # stdlib joins its own executor's threads.
+            try:
+                async with _asyncio.timeouts.timeout(timeout):
+                    await self._blocking_jobs_over()
+            except TimeoutError:
+                import warnings
+                warnings.warn("The executor did not finishing joining "
+                              f"its threads within {timeout} seconds.",
+                              RuntimeWarning, stacklevel=2)
             return
         future = self.create_future()
         thread = threading.Thread(target=self._do_shutdown, args=(future,))
@@ -215,6 +226,14 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
             self._default_executor.shutdown(wait=False)
         else:
             thread.join()
+
+    async def _blocking_jobs_over(self):
+        # Polled: a job's end is a count going down on a pool thread, and
+        # this runs once, at shutdown. Backs off from 1 ms to 50 ms.
+        delay = 0.001
+        while self._blocking_jobs():
+            await _asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def _do_shutdown(self, future):
         try:

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import weakref
-from asyncio import coroutines, events, exceptions
+from asyncio import constants, coroutines, events, exceptions
 
 from . import _core, base_events, tasks
 from .base_events import _serial_tasks
@@ -170,7 +170,8 @@ class Runner:
             with _busy_while(self):
                 _cancel_all_tasks(loop)
                 loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
+                loop.run_until_complete(
+                    loop.shutdown_default_executor(constants.THREAD_JOIN_TIMEOUT))
         finally:
             if self._set_event_loop:
                 events.set_event_loop(None)

@@ -531,6 +531,8 @@ PyMethodDef loop_methods[] = {
     {"_run_blocking",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Loop_run_blocking)),
      METH_FASTCALL, "Run func(*args) on the runtime's blocking pool into a future."},
+    {"_blocking_jobs", Loop_blocking_jobs, METH_NOARGS,
+     "How many of this loop's blocking-pool jobs are not over yet."},
     {"create_future", Loop_create_future, METH_NOARGS,
      "create_future($self, /)\n--\n\nA new Future attached to this loop."},
     {"create_task", FASTCALL_KW(Loop_create_task), METH_FASTCALL | METH_KEYWORDS,

@@ -1,7 +1,11 @@
 // The bridge from run_in_executor(None, ...) / to_thread to the runtime's
 // blocking pool, whose threads are not Python threads.
 
+#include <atomic>
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "pyext/src/future.h"
@@ -63,6 +67,22 @@ PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t na
   PyObject* fut = Py_NewRef(args[0]);
   PyObject* func = Py_NewRef(args[1]);
   PyObject* fargs = Py_NewRef(args[2]);
+  std::shared_ptr<std::atomic<std::int64_t>> jobs = StateOf(self)->blocking_jobs;
+  jobs->fetch_add(1, std::memory_order_relaxed);
+  // Counted down once the job is over: after its outcome is in the future,
+  // so a waiter that sees zero also sees every outcome delivered.
+  class JobOver {
+   public:
+    explicit JobOver(std::shared_ptr<std::atomic<std::int64_t>> jobs)
+        : jobs_(std::move(jobs)) {}
+    ~JobOver() { jobs_->fetch_sub(1, std::memory_order_release); }
+    JobOver(const JobOver&) = delete;
+    JobOver& operator=(const JobOver&) = delete;
+
+   private:
+    std::shared_ptr<std::atomic<std::int64_t>> jobs_;
+  };
+  auto over = std::make_shared<JobOver>(jobs);
   auto release = [](PyObject* a, PyObject* b, PyObject* c) {
     DecRefAnyThread(a);
     DecRefAnyThread(b);
@@ -70,7 +90,7 @@ PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t na
   };
   absl::StatusOr<runtime::blocking::BlockingPool::Handle> handle =
       StateOf(self)->runtime->blocking_pool().Spawn(
-          [fut, func, fargs]() {
+          [fut, func, fargs, over]() {
             if (!Py_IsInitialized() || Py_IsFinalizing()) return;
             AttachedForBlockingJob attached;
             auto* f = reinterpret_cast<FutureObject*>(fut);
@@ -89,7 +109,7 @@ PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t na
             Py_DECREF(func);
             Py_DECREF(fut);
           },
-          [fut, func, fargs, release]() {
+          [fut, func, fargs, release, over]() {
             // Never started (the runtime shut down): the awaiting task must
             // not wait forever.
             if (Py_IsInitialized() && !Py_IsFinalizing()) {
@@ -101,6 +121,7 @@ PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t na
             }
             release(fargs, func, fut);
           });
+  over.reset();
   if (!handle.ok()) {
     Py_DECREF(fargs);
     Py_DECREF(func);
@@ -109,6 +130,10 @@ PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t na
     return nullptr;
   }
   Py_RETURN_NONE;
+}
+
+PyObject* Loop_blocking_jobs(PyObject* self, PyObject*) {
+  return PyLong_FromLongLong(StateOf(self)->blocking_jobs->load(std::memory_order_acquire));
 }
 
 }  // namespace loop_internal

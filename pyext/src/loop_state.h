@@ -83,6 +83,12 @@ struct LoopState {
   // free once run() returns (anyio's
   // test_asyncio_run_does_not_leak_event_loop checks at once).
   std::shared_ptr<std::atomic<int>> worker_holders = std::make_shared<std::atomic<int>>(0);
+  // run_in_executor(None, ...) jobs handed to the blocking pool and not yet
+  // over (returned, skipped or dropped): shutdown_default_executor() waits
+  // for zero, as stdlib's joins its executor's threads. Shared, because a
+  // job may end after the loop is gone.
+  std::shared_ptr<std::atomic<std::int64_t>> blocking_jobs =
+      std::make_shared<std::atomic<std::int64_t>>(0);
   // Under compat.install()'s serial tasks: the strand every main task of
   // the loop (asyncio.run(), Runner.run(), run_until_complete()) runs on,
   // made on first use (LoopSerialStrand). What is scheduled from outside
@@ -181,6 +187,7 @@ PyObject* Loop_mt_counts(PyObject* self, PyObject* by_state_arg);
 // --- loop_blocking.cc ---
 
 PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t nargs);
+PyObject* Loop_blocking_jobs(PyObject* self, PyObject* unused);
 
 }  // namespace mt::pyext::loop_internal
 

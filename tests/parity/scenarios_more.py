@@ -170,6 +170,53 @@ async def to_thread_kwargs(aio):
 
 
 @scenario
+async def run_returns_after_a_timed_out_to_thread_job_is_over(aio):
+    # asyncio.run() shuts the default executor down, waiting for jobs whose
+    # awaiter gave up on them: the job's side effect is there when it returns.
+    done = []
+
+    def job():
+        threading.Event().wait(0.3)
+        done.append("job over")
+
+    async def main():
+        try:
+            await aio.wait_for(aio.to_thread(job), 0.02)
+        except TimeoutError:
+            done.append("timed out")
+
+    def in_thread():
+        aio.run(main())
+        return list(done)
+    return await aio.to_thread(in_thread)
+
+
+@scenario
+async def shutdown_default_executor_warns_past_its_timeout(aio):
+    import warnings
+    release = threading.Event()
+
+    async def main():
+        loop = aio.get_running_loop()
+        fut = loop.run_in_executor(None, release.wait, 5)
+        await aio.sleep(0.01)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            await loop.shutdown_default_executor(timeout=0.05)
+        release.set()
+        await fut
+        return [(w.category.__name__, str(w.message)) for w in caught]
+
+    def in_thread():
+        loop = aio.new_event_loop()
+        try:
+            return loop.run_until_complete(main())
+        finally:
+            loop.close()
+    return await aio.to_thread(in_thread)
+
+
+@scenario
 async def async_generator_aclose_runs_finally(aio):
     closed = []
 
