@@ -16,6 +16,7 @@ import asyncio as _asyncio
 import concurrent.futures
 import sys
 import threading
+import time
 import traceback
 import weakref
 from asyncio import coroutines, events, futures
@@ -36,6 +37,10 @@ from asyncio.log import logger
 # Context keys holding debug mode's stacks, and what each says.
 _CREATED_AT = {"source_traceback": "Object created at",
                "handle_traceback": "Handle created at"}
+
+# When a coordinated runtime shutdown's grace ends (time.monotonic()), set
+# by its drain (runners._drain) while it runs; else None.
+_drain_deadline = [None]
 
 # 3.14 renamed the internal check (the public one is deprecated there).
 _iscoroutinefunction = getattr(coroutines, "_iscoroutinefunction", None) or \
@@ -229,9 +234,15 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
 
     async def _blocking_jobs_over(self):
         # Polled: a job's end is a count going down on a pool thread, and
-        # this runs once, at shutdown. Backs off from 1 ms to 50 ms.
+        # this runs once, at shutdown. Backs off from 1 ms to 50 ms. A
+        # coordinated runtime shutdown gives jobs its grace, no more: the
+        # runtime abandons (and reports) those still running after it, so
+        # the run ends as its cancelled main task says.
         delay = 0.001
         while self._blocking_jobs():
+            deadline = _drain_deadline[0]
+            if deadline is not None and time.monotonic() >= deadline:
+                return
             await _asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 

@@ -90,6 +90,7 @@ def _drain(grace):
         except RuntimeError:
             pass  # Its loop closed meanwhile: nothing left to wind down.
     deadline = time.monotonic() + grace
+    base_events._drain_deadline[0] = deadline
     try:
         while _any_busy() and time.monotonic() < deadline:
             time.sleep(0.002)
@@ -102,8 +103,12 @@ def _drain(grace):
     # finishes and closes its loop: the runtime must not stop under it, so
     # it gets the cancel phase's unwind allowance to do so.
     deadline = time.monotonic() + _UNWIND_SECONDS
-    while _any_busy() and time.monotonic() < deadline:
-        time.sleep(0.002)
+    try:
+        while _any_busy() and time.monotonic() < deadline:
+            time.sleep(0.002)
+    finally:
+        # Kept until here: a run waiting for its blocking jobs polls it.
+        base_events._drain_deadline[0] = None
 
 
 _core._set_drain_hook(_drain)

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -257,9 +258,208 @@ FAULTS = {
             report(answered=sum(results))
         run(main())
     """,
+    # Handlers that block their thread with time.sleep (a common mistake):
+    # on stdlib every other connection waits behind them; on ours they
+    # occupy workers. Either way every request is answered, and a ping
+    # after them too.
+    "handlers_block_every_worker": """
+        async def blocking(reader, writer):
+            data = await reader.readexactly(4)
+            time.sleep(0.15)  # Blocks the thread that runs this step.
+            writer.write(data)
+            await writer.drain()
+            writer.close()
+        async def main():
+            server = await asyncio.start_server(blocking, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            async def client(i):
+                r, w = await asyncio.open_connection("127.0.0.1", port)
+                w.write(b"%04d" % i)
+                got = await r.readexactly(4)
+                w.close()
+                return got == b"%04d" % i
+            async with asyncio.timeout(30):
+                answered = await asyncio.gather(*(client(i) for i in range(12)))
+            echo_server = await asyncio.start_server(echo, "127.0.0.1", 0)
+            ok = await still_serves(echo_server.sockets[0].getsockname()[1])
+            server.close(); echo_server.close()
+            report(answered=sum(answered), serves_after=ok)
+        run(main())
+    """,
+    # A client process with 60 connections, each half-way through its
+    # request, is SIGKILLed: every handler ends (EOF or reset), every
+    # server-side descriptor is closed, and the server goes on serving.
+    "client_killed_with_60_half_sent_requests": """
+        import subprocess
+        CLIENT = '''if True:
+            import socket, sys, time
+            conns = []
+            for _ in range(60):
+                s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+                s.sendall(b"h" * 50)  # Half of the 100-byte request.
+                conns.append(s)
+            print("sent", flush=True)
+            time.sleep(60)
+        '''
+        ended = []
+        async def half(reader, writer):
+            try:
+                await reader.readexactly(100)
+                ended.append("complete")
+            except asyncio.IncompleteReadError:
+                ended.append("eof")
+            except ConnectionError:
+                ended.append("reset")
+            finally:
+                writer.close()
+        def fds():
+            return len(os.listdir("/proc/self/fd"))
+        async def main():
+            server = await asyncio.start_server(half, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            before = fds()
+            child = subprocess.Popen([sys.executable, "-c", CLIENT, str(port)],
+                                     stdout=subprocess.PIPE, text=True)
+            line = await asyncio.to_thread(child.stdout.readline)
+            async with asyncio.timeout(10):  # All 60 accepted (the child's pipe is one fd).
+                while fds() - before < 61:
+                    await asyncio.sleep(0.01)
+            child.kill()
+            child.wait()
+            child.stdout.close()
+            deadline = time.monotonic() + 10
+            while (len(ended) < 60 or fds() > before) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            fds_back = fds() <= before  # Every accepted connection's descriptor closed.
+            echo_server = await asyncio.start_server(echo, "127.0.0.1", 0)
+            ok = await still_serves(echo_server.sockets[0].getsockname()[1])
+            server.close(); echo_server.close()
+            report(client_sent=line.strip(), ended=len(ended),
+                   none_complete="complete" not in ended, fds_back=fds_back,
+                   serves_after=ok)
+        run(main())
+    """,
+    # SIGTERM while 50 requests are in flight, with a handler that drains
+    # the way services do: stop accepting, let the handlers finish. Every
+    # in-flight request is answered.
+    "sigterm_while_busy_drains": """
+        inflight = set()
+        received = [0]
+        async def slow(reader, writer):
+            inflight.add(asyncio.current_task())
+            try:
+                data = await reader.readexactly(4)
+                received[0] += 1
+                await asyncio.sleep(0.3)
+                writer.write(data)
+                await writer.drain()
+            finally:
+                inflight.discard(asyncio.current_task())
+                writer.close()
+        async def main():
+            loop = asyncio.get_running_loop()
+            server = await asyncio.start_server(slow, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            term = asyncio.Event()
+            loop.add_signal_handler(signal.SIGTERM, term.set)
+            async def client(i):
+                r, w = await asyncio.open_connection("127.0.0.1", port)
+                w.write(b"%04d" % i)
+                got = await r.readexactly(4)
+                w.close()
+                return got == b"%04d" % i
+            clients = [asyncio.create_task(client(i)) for i in range(50)]
+            async with asyncio.timeout(10):
+                while received[0] < 50:
+                    await asyncio.sleep(0.005)
+            os.kill(os.getpid(), signal.SIGTERM)
+            async with asyncio.timeout(10):
+                await term.wait()
+                server.close()  # Stop accepting; the handlers run on.
+                busy = len(inflight)
+                answered = await asyncio.gather(*clients)
+            loop.remove_signal_handler(signal.SIGTERM)
+            report(busy_at_sigterm=busy > 0, answered=sum(answered), left=len(inflight))
+        run(main())
+    """,
+    # The pool shrinks to one worker while 200 tasks wait on one lock: each
+    # acquires it, in the order it asked (asyncio.Lock is FIFO); then the
+    # pool grows back. stdlib's loop has no pool to resize: the reference.
+    "resize_to_one_worker_while_all_wait_on_a_lock": """
+        def resize(n):
+            if os.environ["FAULT_BACKEND"] != "stdlib":
+                mt_asyncio._admin.call("ResizeWorkers", target=n)
+        async def main():
+            lock = asyncio.Lock()
+            order = []
+            async def waiter(i):
+                async with lock:
+                    order.append(i)
+                    await asyncio.sleep(0)
+            async with lock:
+                tasks = []
+                for i in range(200):
+                    tasks.append(asyncio.create_task(waiter(i)))
+                    await asyncio.sleep(0)  # Each is queued on the lock in turn.
+                await asyncio.sleep(0.05)
+                resize(1)
+                await asyncio.sleep(0.05)
+            async with asyncio.timeout(20):
+                await asyncio.gather(*tasks)
+            resize(int(os.environ["FAULT_THREADS"]))
+            echo_server = await asyncio.start_server(echo, "127.0.0.1", 0)
+            ok = await still_serves(echo_server.sockets[0].getsockname()[1])
+            echo_server.close()
+            report(acquired=len(order), fifo=order == list(range(200)), serves_after=ok)
+        run(main())
+    """,
 }
 
 BACKENDS = [("stdlib", 1), ("mt", 1), ("mt", 4)]
+
+# Blocking work that never ends when the service is told to shut down.
+# stdlib has no answer to compare with: asyncio.run() waits up to 300 s
+# for its executor, then interpreter exit joins the thread forever. Ours
+# has the coordinated shutdown (the control plane's Shutdown, `mtctl
+# shutdown`): after its grace the stuck jobs are abandoned and reported,
+# and the process exits in bounded time. Run on ours only, at 1 and 4
+# workers.
+STUCK_AT_SHUTDOWN = {
+    "to_thread_job_that_never_returns": """
+        never = threading.Event()
+        async def start_stuck_work():
+            return asyncio.ensure_future(asyncio.to_thread(never.wait))
+    """,
+    # The resolver is stuck (a getaddrinfo that never answers): our
+    # loop.getaddrinfo runs socket.getaddrinfo on the blocking pool.
+    "dns_lookup_that_hangs": """
+        never = threading.Event()
+        def stuck_getaddrinfo(*args, **kwargs):
+            never.wait()
+        socket.getaddrinfo = stuck_getaddrinfo
+        async def start_stuck_work():
+            return asyncio.ensure_future(
+                asyncio.get_running_loop().getaddrinfo("db.internal", 5432))
+    """,
+}
+
+SHUTDOWN_MAIN = """
+    from mt_asyncio import _admin
+    async def main():
+        stuck = await start_stuck_work()
+        await asyncio.sleep(0.2)
+        threading.Thread(target=_admin.call, args=("Shutdown",),
+                         kwargs={"grace_seconds": 1}).start()
+        await asyncio.sleep(30)  # The shutdown cancels this.
+    try:
+        run(main())
+        ended = "returned"
+    except asyncio.CancelledError:
+        ended = "cancelled"
+    except RuntimeError as e:  # The runtime stopped under the run.
+        ended = "runtime stopped" if "shut down" in str(e) else repr(e)
+    report(ended=ended)
+"""
 
 
 def run_fault(name, backend, threads):
@@ -283,3 +483,28 @@ def test_fault_survived_as_on_stdlib(name):
         ours = run_fault(name, backend, threads)
         print(name, f"{backend}@{threads}:", ours)
         assert ours == reference, (backend, threads)
+
+
+@pytest.mark.parametrize("name", sorted(STUCK_AT_SHUTDOWN))
+@pytest.mark.parametrize("threads", [1, 4])
+def test_stuck_blocking_work_does_not_hold_the_shutdown(name, threads):
+    env = dict(os.environ, FAULT_BACKEND="mt", FAULT_THREADS=str(threads),
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    source = (PRELUDE + textwrap.dedent(STUCK_AT_SHUTDOWN[name]) +
+              textwrap.dedent(SHUTDOWN_MAIN))
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-c", source], env=env,
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} at {threads} workers: the shutdown hung (killed after 60 s)")
+    elapsed = time.monotonic() - started
+    print(name, f"mt@{threads}:", proc.stdout.strip(), f"exit {proc.returncode} after {elapsed:.1f} s")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Grace (1 s) + the unwind allowance (1 s) + start-up: well under 15 s.
+    assert elapsed < 15, elapsed
+    # The run ends as its cancelled main task says (not cut off by the
+    # runtime stopping under it): the wait for the executor gave up at
+    # the grace.
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["ended"] == "cancelled", proc.stdout
+    assert "abandoned 1 blocking job(s)" in proc.stderr, proc.stderr[-3000:]

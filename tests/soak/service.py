@@ -259,7 +259,19 @@ async def stats():
         info = mt_asyncio.runtime_info()
         snapshot, _ = counts.snapshot()
         emit("stats", stalls=info["stalls_detected"],
-             workers=info["config"]["worker_threads"], gc_runs=gc_runs[0], **snapshot)
+             workers=info["config"]["worker_threads"], gc_runs=gc_runs[0],
+             gc_collected=gc_collected[0], **snapshot)
+
+
+async def census(every):
+    """MT_SOAK_CENSUS=<seconds>: live objects by type, to find what grows."""
+    previous = collections.Counter()
+    while True:
+        await asyncio.sleep(every)
+        now = collections.Counter(type(o).__name__ for o in gc.get_objects())
+        grown = (now - previous).most_common(12)
+        emit("census", objects=sum(now.values()), grown=grown)
+        previous = now
 
 
 # --- main ---------------------------------------------------------------------------
@@ -267,9 +279,14 @@ async def stats():
 gc_runs = [0]
 
 
+gc_collected = [0]  # Objects the cycle collector freed: garbage that was in cycles.
+
+
 def _count_gc(phase, info):
     if phase == "start":
         gc_runs[0] += 1
+    else:
+        gc_collected[0] += info.get("collected", 0)
 
 
 async def main(args):
@@ -290,6 +307,8 @@ async def main(args):
                         os.path.join(args.folder, "server.key"))
     line_tls = await asyncio.start_server(line_handler, "127.0.0.1", 0, ssl=tls)
     own = [asyncio.create_task(c) for c in (pipeline(), timers(), short_bursts(), stats())]
+    if os.environ.get("MT_SOAK_CENSUS"):
+        own.append(asyncio.create_task(census(float(os.environ["MT_SOAK_CENSUS"]))))
     emit("ready", pid=os.getpid(), http_port=http_port,
          tcp_port=line_tcp.sockets[0].getsockname()[1],
          tls_port=line_tls.sockets[0].getsockname()[1], unix_path=unix_path)
@@ -322,7 +341,7 @@ def run():
             stalls = None
         snapshot, failures = counts.snapshot()
         emit("exit", seconds=round(time.monotonic() - started, 3),
-             gc_runs=gc_runs[0], stalls=stalls, failures=failures, **snapshot)
+             gc_runs=gc_runs[0], gc_collected=gc_collected[0], stalls=stalls, failures=failures, **snapshot)
     sys.exit(0)
 
 

@@ -105,6 +105,8 @@ class Service:
                 self.last_stats = event
             elif event["event"] == "exit":
                 self.exit = event
+            elif event["event"] == "census":
+                print("census:", json.dumps(event), flush=True)
         if not ready.done():
             ready.set_exception(RuntimeError("the service exited before it was ready: " +
                                              self.stderr_tail()))
@@ -368,6 +370,10 @@ def report(args, svc, tally, samples, resizes, shutdown, inflight_ok, inflight_n
             f"(peak {max(s[1] for s in samples) / 1024:.1f}); after {args.warmup:.0f} s "
             f"warm-up: RSS slope {rss_slope:.1f} KiB/min, fd slope {fd_slope:.2f}/min "
             f"(fds {warm[0][2]} -> {warm[-1][2]})")
+        # RSS each minute: a slope that comes from growth early in the run
+        # (allocator pools filling) reads differently from a steady climb.
+        lines.append("  RSS by minute (MiB): " + " ".join(
+            f"{s[1] / 1024:.0f}" for s in samples[::60]))
     if tally.wrong:
         problems.append(f"{len(tally.wrong)} wrong answers, e.g. {tally.wrong[:3]}")
     if tally.lost:
