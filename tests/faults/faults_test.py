@@ -51,6 +51,14 @@ async def flood_and_echo_servers(flood):
     s = socket.create_connection(("127.0.0.1", server.sockets[0].getsockname()[1]))
     return server, echo_server, echo_server.sockets[0].getsockname()[1], s
 
+async def numbered_request(port, i):
+    # One 4-byte request on a connection of its own: answered with itself?
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(b"%04d" % i)
+    got = await r.readexactly(4)
+    w.close()
+    return got == b"%04d" % i
+
 async def still_serves(port, payload=b"ping"):
     # A fresh connection's round trip, bounded.
     async with asyncio.timeout(10):
@@ -272,14 +280,8 @@ FAULTS = {
         async def main():
             server = await asyncio.start_server(blocking, "127.0.0.1", 0)
             port = server.sockets[0].getsockname()[1]
-            async def client(i):
-                r, w = await asyncio.open_connection("127.0.0.1", port)
-                w.write(b"%04d" % i)
-                got = await r.readexactly(4)
-                w.close()
-                return got == b"%04d" % i
             async with asyncio.timeout(30):
-                answered = await asyncio.gather(*(client(i) for i in range(12)))
+                answered = await asyncio.gather(*(numbered_request(port, i) for i in range(12)))
             echo_server = await asyncio.start_server(echo, "127.0.0.1", 0)
             ok = await still_serves(echo_server.sockets[0].getsockname()[1])
             server.close(); echo_server.close()
@@ -362,13 +364,7 @@ FAULTS = {
             port = server.sockets[0].getsockname()[1]
             term = asyncio.Event()
             loop.add_signal_handler(signal.SIGTERM, term.set)
-            async def client(i):
-                r, w = await asyncio.open_connection("127.0.0.1", port)
-                w.write(b"%04d" % i)
-                got = await r.readexactly(4)
-                w.close()
-                return got == b"%04d" % i
-            clients = [asyncio.create_task(client(i)) for i in range(50)]
+            clients = [asyncio.create_task(numbered_request(port, i)) for i in range(50)]
             async with asyncio.timeout(10):
                 while received[0] < 50:
                     await asyncio.sleep(0.005)
