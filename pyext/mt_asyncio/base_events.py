@@ -208,29 +208,25 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
             # Our default executor is the runtime's blocking pool, shared
             # by every loop: wait for this loop's jobs in it to be over, as
             # stdlib joins its own executor's threads.
-            try:
-                async with _asyncio.timeouts.timeout(timeout):
-                    await self._blocking_jobs_over()
-            except TimeoutError:
-                import warnings
-                warnings.warn("The executor did not finishing joining "
-                              f"its threads within {timeout} seconds.",
-                              RuntimeWarning, stacklevel=2)
-            return
-        future = self.create_future()
-        thread = threading.Thread(target=self._do_shutdown, args=(future,))
-        thread.start()
+            thread = None
+            over = self._blocking_jobs_over()
+        else:
+            over = self.create_future()
+            thread = threading.Thread(target=self._do_shutdown, args=(over,))
+            thread.start()
         try:
             async with _asyncio.timeouts.timeout(timeout):
-                await future
+                await over
         except TimeoutError:
             import warnings
             warnings.warn("The executor did not finishing joining "
                           f"its threads within {timeout} seconds.",
                           RuntimeWarning, stacklevel=2)
-            self._default_executor.shutdown(wait=False)
+            if thread is not None:
+                self._default_executor.shutdown(wait=False)
         else:
-            thread.join()
+            if thread is not None:
+                thread.join()
 
     async def _blocking_jobs_over(self):
         # Polled: a job's end is a count going down on a pool thread, and

@@ -67,14 +67,15 @@ PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t na
   PyObject* fut = Py_NewRef(args[0]);
   PyObject* func = Py_NewRef(args[1]);
   PyObject* fargs = Py_NewRef(args[2]);
-  std::shared_ptr<std::atomic<std::int64_t>> jobs = StateOf(self)->blocking_jobs;
-  jobs->fetch_add(1, std::memory_order_relaxed);
-  // Counted down once the job is over: after its outcome is in the future,
+  // Counts the job in the loop's blocking_jobs while either closure below
+  // lives: down once the job is over, after its outcome is in the future,
   // so a waiter that sees zero also sees every outcome delivered.
   class JobOver {
    public:
     explicit JobOver(std::shared_ptr<std::atomic<std::int64_t>> jobs)
-        : jobs_(std::move(jobs)) {}
+        : jobs_(std::move(jobs)) {
+      jobs_->fetch_add(1, std::memory_order_relaxed);
+    }
     ~JobOver() { jobs_->fetch_sub(1, std::memory_order_release); }
     JobOver(const JobOver&) = delete;
     JobOver& operator=(const JobOver&) = delete;
@@ -82,7 +83,7 @@ PyObject* Loop_run_blocking(PyObject* self, PyObject* const* args, Py_ssize_t na
    private:
     std::shared_ptr<std::atomic<std::int64_t>> jobs_;
   };
-  auto over = std::make_shared<JobOver>(jobs);
+  auto over = std::make_shared<JobOver>(StateOf(self)->blocking_jobs);
   auto release = [](PyObject* a, PyObject* b, PyObject* c) {
     DecRefAnyThread(a);
     DecRefAnyThread(b);
