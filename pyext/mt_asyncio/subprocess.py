@@ -77,6 +77,11 @@ class SubprocessStreamProtocol(streams.FlowControlMixin,
                 self._stdin_closed.set_exception(exc)
                 # wait_closed() need not be called: no "never retrieved".
                 self._stdin_closed.exception()
+            # The writer points back at this protocol (for drain() and
+            # wait_closed()); dropping this side of that cycle lets the
+            # child's streams and transports go by reference counting
+            # once the Process is gone, not at the next cycle collection.
+            self.stdin = None
             return
         reader = self._reader_for(fd)
         if reader is not None:
@@ -98,9 +103,9 @@ class SubprocessStreamProtocol(streams.FlowControlMixin,
             self._transport = None
 
     def _get_close_waiter(self, stream):
-        if stream is self.stdin:
-            return self._stdin_closed
-        return None
+        # Only the stdin writer asks (readers have no close waiter); it may
+        # be gone from self.stdin by now.
+        return self._stdin_closed
 
 
 class Process:

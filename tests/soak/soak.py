@@ -82,10 +82,14 @@ class Service:
         env.pop("MTCTL_TARGET", None)
         self.env = env
         self.proc = subprocess.Popen(
+            args.service_prefix.split() +
             [sys.executable, os.path.join(HERE, "service.py"), "--threads",
              str(args.workers), "--folder", folder],
             stdout=subprocess.PIPE, stderr=open(os.path.join(folder, "stderr"), "w"),
             text=True, env=env)
+        # The service's own pid (from its "ready" line): with --service-prefix
+        # the child is the wrapping tool.
+        self.pid = self.proc.pid
         self.last_stats = {}
         self.exit = None
 
@@ -117,7 +121,7 @@ class Service:
 
     async def mtctl(self, *argv, timeout=30):
         proc = await asyncio.create_subprocess_exec(
-            mtctl_path(), "--target", str(self.proc.pid), *argv,
+            mtctl_path(), "--target", str(self.pid), *argv,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -128,7 +132,7 @@ class Service:
         return proc.returncode, out.decode(), err.decode()
 
     def sample(self):
-        pid = self.proc.pid
+        pid = self.pid
         rss = 0
         try:
             with open(f"/proc/{pid}/status") as f:
@@ -256,6 +260,7 @@ async def drive(args, folder):
     ready = loop.create_future()
     reader_task = asyncio.create_task(svc.read_events(ready))
     info = await asyncio.wait_for(ready, 60)
+    svc.pid = info["pid"]
     deadline = time.monotonic() + 30
     sock = os.path.join(folder, "mt_asyncio", f"{info['pid']}.sock")
     while not os.path.exists(sock):
@@ -427,6 +432,8 @@ def main():
                         help="apply the slope limits to runs at least this long (s)")
     parser.add_argument("--max-fd-slope", type=float, default=2, help="fds/min")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--service-prefix", default="",
+                        help="a command the service runs under, e.g. 'heaptrack -o /tmp/ht'")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="mtsoak-", dir="/tmp")
     try:
