@@ -13,7 +13,7 @@ enum class WorkerPhase : std::uint8_t {
   kActive,     // In its loop: running units or looking at its queues.
   kSearching,  // Out of local work, stealing from others.
   kParked,     // Asleep (possibly driving the reactor: see the parker).
-  kExited,     // Retired or stopped.
+  kExited,  // Retired (its thread may be dormant, kept for reuse) or stopped.
 };
 
 // What one worker publishes. Counters are written with relaxed atomics
@@ -22,13 +22,13 @@ enum class WorkerPhase : std::uint8_t {
 // so two workers' counters never share a cache line.
 struct alignas(64) WorkerMetrics {
   std::atomic<std::uint64_t> units_run{0};
-  std::atomic<std::uint64_t> steals{0};       // Batches this worker stole.
+  std::atomic<std::uint64_t> steals{0};        // Batches this worker stole.
   std::atomic<std::uint64_t> stolen_units{0};  // Units it got that way.
-  std::atomic<std::uint64_t> stolen_from{0};  // Batches others took from it.
+  std::atomic<std::uint64_t> stolen_from{0};   // Batches others took from it.
   std::atomic<std::uint64_t> parks{0};
   std::atomic<std::uint64_t> reactor_polls{0};
   std::atomic<std::uint64_t> overflows{0};  // Local queue spilled to injector.
-  std::atomic<std::uint64_t> busy_ns{0};  // Busy periods that have ended.
+  std::atomic<std::uint64_t> busy_ns{0};    // Busy periods that have ended.
   // Start of the busy period in progress (steady-clock ns; 0 while parked):
   // a worker that has not parked since it started still shows its time.
   std::atomic<std::int64_t> busy_since_ns{0};

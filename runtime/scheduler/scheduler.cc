@@ -111,12 +111,13 @@ Scheduler::~Scheduler() {
 
 absl::Status Scheduler::Start(std::size_t workers) {
   std::lock_guard<std::mutex> lock(lifecycle_mu_);
-  if (started_) return absl::FailedPreconditionError("scheduler already started");
+  if (started_)
+    return absl::FailedPreconditionError("scheduler already started");
   if (closed()) return absl::FailedPreconditionError("scheduler is closed");
   if (workers == 0 || workers > options_.max_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker count must be in [1, ", options_.max_workers, "], got ",
-        workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker count must be in [1, ", options_.max_workers,
+                     "], got ", workers));
   }
   started_ = true;
   target_workers_.store(workers, std::memory_order_release);
@@ -198,7 +199,8 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
   }
   if (Strand::HoldBehindHeldWakes(task, this, kind)) return;
   Worker* w = current_worker;
-  if (w != nullptr && w->scheduler == this && kind != task::ScheduleKind::kRemote &&
+  if (w != nullptr && w->scheduler == this &&
+      kind != task::ScheduleKind::kRemote &&
       w->slot->status.load(std::memory_order_relaxed) == SlotStatus::kRunning) {
     const bool lone = idle_.num_workers() <= 1;
     if (kind == task::ScheduleKind::kWake && !w->parked &&
@@ -219,14 +221,15 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
     // per event.
     if (w->parked) return;
     if (!w->searching &&
-               (w->lifo != nullptr ? 1u : 0u) + w->slot->queue.Len() > 1) {
+        (w->lifo != nullptr ? 1u : 0u) + w->slot->queue.Len() > 1) {
       NotifyParked(/*unthrottled=*/false);
     }
     return;
   }
   injector_.Push(task);
   NotifyParked(kind == task::ScheduleKind::kIo);
-  if (stand_in_running_.load(std::memory_order_acquire)) stand_in_parker_.Unpark();
+  if (stand_in_running_.load(std::memory_order_acquire))
+    stand_in_parker_.Unpark();
   // Join may have drained the injector for the last time already.
   if (joined_.load(std::memory_order_seq_cst)) DrainInjectorCancelled();
 }
@@ -298,9 +301,9 @@ absl::Status Scheduler::Resize(std::size_t workers) {
   if (!started_) return absl::FailedPreconditionError("scheduler not started");
   if (closed()) return absl::FailedPreconditionError("scheduler is closed");
   if (workers == 0 || workers > options_.max_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker count must be in [1, ", options_.max_workers, "], got ",
-        workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker count must be in [1, ", options_.max_workers,
+                     "], got ", workers));
   }
   target_workers_.store(workers, std::memory_order_release);
   // Count running workers; retiring ones are already on their way out.
@@ -316,10 +319,14 @@ absl::Status Scheduler::Resize(std::size_t workers) {
     std::size_t needed = workers - running.size();
     for (std::size_t i = 0; i < options_.max_workers && needed > 0; ++i) {
       WorkerSlot* slot = slots_[i].load(std::memory_order_acquire);
-      const SlotStatus status = slot == nullptr
-                                    ? SlotStatus::kUnused
-                                    : slot->status.load(std::memory_order_acquire);
-      if (status == SlotStatus::kUnused || status == SlotStatus::kExited) {
+      const SlotStatus status =
+          slot == nullptr ? SlotStatus::kUnused
+                          : slot->status.load(std::memory_order_acquire);
+      if (status == SlotStatus::kDormant) {
+        ReviveWorkerLocked(i);
+        --needed;
+      } else if (status == SlotStatus::kUnused ||
+                 status == SlotStatus::kExited) {
         absl::Status s = StartWorkerLocked(i);
         if (!s.ok()) return s;
         --needed;
@@ -336,11 +343,36 @@ absl::Status Scheduler::Resize(std::size_t workers) {
   return absl::OkStatus();
 }
 
+void Scheduler::ReviveWorkerLocked(std::size_t index) {
+  WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
+  // The same accounting as a new worker's: counted before it runs.
+  idle_.AddWorker();
+  live_workers_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    std::lock_guard<std::mutex> lock(slot->dormant_mu);
+    slot->status.store(SlotStatus::kRunning, std::memory_order_release);
+  }
+  slot->dormant_cv.notify_one();
+}
+
+void Scheduler::WakeDormant() {
+  for (std::size_t i = 0; i < options_.max_workers; ++i) {
+    WorkerSlot* slot = slots_[i].load(std::memory_order_acquire);
+    if (slot == nullptr) continue;
+    // Under the mutex: a worker between its closed() check and its wait
+    // still gets this wake.
+    std::lock_guard<std::mutex> lock(slot->dormant_mu);
+    slot->dormant_cv.notify_all();
+  }
+}
+
 void Scheduler::Close() {
   if (closed_.exchange(true, std::memory_order_seq_cst)) return;
+  WakeDormant();
   UnparkAll();
   stand_in_parker_.Unpark();
-  if (driver_ != nullptr && driver_->driver != nullptr) driver_->driver->Unpark();
+  if (driver_ != nullptr && driver_->driver != nullptr)
+    driver_->driver->Unpark();
 }
 
 void Scheduler::Join() {
@@ -357,6 +389,10 @@ void Scheduler::Join() {
         break;
       }
       slot->parker.Unpark();
+      {
+        std::lock_guard<std::mutex> wake(slot->dormant_mu);
+        slot->dormant_cv.notify_all();
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
@@ -402,7 +438,8 @@ bool Scheduler::SlotDrivesReactor(std::size_t index) const {
   return slot != nullptr && slot->parker.driving();
 }
 
-const metrics::WorkerMetrics* Scheduler::WorkerMetrics(std::size_t index) const {
+const metrics::WorkerMetrics* Scheduler::WorkerMetrics(
+    std::size_t index) const {
   if (index >= options_.max_workers) return nullptr;
   const WorkerSlot* slot = slots_[index].load(std::memory_order_acquire);
   return slot == nullptr ? nullptr : &slot->metrics;
@@ -465,13 +502,47 @@ void Scheduler::WorkerMain(std::size_t index) {
   slot->metrics.os_thread_id.store(static_cast<std::int32_t>(gettid()),
                                    std::memory_order_relaxed);
   RunHook(hooks_.on_start, index);
-  SetPhase(slot->metrics, metrics::WorkerPhase::kActive);
-  worker.Run();
-  SetPhase(slot->metrics, metrics::WorkerPhase::kExited);
+  bool counted = true;  // In live_workers_.
+  while (true) {
+    SetPhase(slot->metrics, metrics::WorkerPhase::kActive);
+    worker.Run();  // Returns when the scheduler closes or the slot retires.
+    SetPhase(slot->metrics, metrics::WorkerPhase::kExited);
+    if (closed() || !options_.keep_retired_threads) break;
+    if (!SleepDormant(*slot, index)) {
+      counted = false;
+      break;
+    }
+  }
   RunHook(hooks_.on_stop, index);
   current_worker = nullptr;
-  live_workers_.fetch_sub(1, std::memory_order_acq_rel);
+  if (counted) live_workers_.fetch_sub(1, std::memory_order_acq_rel);
   slot->status.store(SlotStatus::kExited, std::memory_order_release);
+}
+
+bool Scheduler::SleepDormant(WorkerSlot& slot, std::size_t index) {
+  // As around a park: the Python layer detaches from the interpreter here.
+  RunHook(hooks_.before_park, index);
+  bool revived;
+  {
+    std::unique_lock<std::mutex> lock(slot.dormant_mu);
+    slot.status.store(SlotStatus::kDormant, std::memory_order_release);
+    // Uncounted only once dormant: whoever sees the count fall can revive
+    // this slot (a resize up that comes sooner, while it is still
+    // retiring, starts a thread in another slot).
+    live_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    // Revived means no longer kDormant: kRunning, or already kRetiring
+    // again when a resize down came before this thread woke.
+    slot.dormant_cv.wait(lock, [&] {
+      return closed() || slot.status.load(std::memory_order_acquire) !=
+                             SlotStatus::kDormant;
+    });
+    // Revived and closed at once: the reviver counted this worker, so it
+    // runs again (Run() sees the close, or the retirement, and returns).
+    revived =
+        slot.status.load(std::memory_order_acquire) != SlotStatus::kDormant;
+  }
+  RunHook(hooks_.after_unpark, index);
+  return revived;
 }
 
 // ---------------------------------------------------------------------------
@@ -522,8 +593,8 @@ task::Task* Scheduler::Worker::NextTask() {
   // the injector is empty. A thread that keeps the injector full cannot
   // starve the local queue: after global_queue_interval injector units in
   // a row, a local one runs.
-  const bool lone_fifo =
-      scheduler->options_.lone_worker_fifo && scheduler->idle_.num_workers() <= 1;
+  const bool lone_fifo = scheduler->options_.lone_worker_fifo &&
+                         scheduler->idle_.num_workers() <= 1;
   if (lone_fifo) {
     if (injector_streak < scheduler->options_.global_queue_interval) {
       if (task::Task* t = injector.Pop()) {
@@ -664,16 +735,19 @@ void Scheduler::Worker::Maintenance() {
 // anything to report (registrations or timers). With several workers no
 // order holds anyway, and they poll every event_interval ticks.
 void Scheduler::Worker::LoneWorkerRound() {
-  if (!scheduler->options_.lone_worker_fifo || scheduler->idle_.num_workers() > 1) return;
+  if (!scheduler->options_.lone_worker_fifo ||
+      scheduler->idle_.num_workers() > 1)
+    return;
   if (round_left == 0) {
     const SharedDriver* shared = scheduler->driver_;
-    if (shared != nullptr && shared->workers_drive && shared->driver != nullptr &&
-        shared->driver->HasWork()) {
+    if (shared != nullptr && shared->workers_drive &&
+        shared->driver != nullptr && shared->driver->HasWork()) {
       Maintenance();
     }
     // The units queued now make the round; what they queue runs after
     // the next poll, as the next iteration's callbacks do in asyncio.
-    round_left = slot->queue.Len() + static_cast<std::uint32_t>(scheduler->injector_.Len());
+    round_left = slot->queue.Len() +
+                 static_cast<std::uint32_t>(scheduler->injector_.Len());
   }
   if (round_left > 0) --round_left;  // The unit this tick runs.
 }
@@ -694,7 +768,8 @@ void Scheduler::Worker::Park() {
   Idle& idle = scheduler->idle_;
   const bool was_searching = searching;
   searching = false;
-  const bool last_searcher = idle.TransitionWorkerToParked(index, was_searching);
+  const bool last_searcher =
+      idle.TransitionWorkerToParked(index, was_searching);
   // Work pushed between our last look and the line above would otherwise
   // wait for somebody else to finish a unit.
   if (last_searcher || !scheduler->injector_.IsEmpty()) {

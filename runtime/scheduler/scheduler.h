@@ -3,6 +3,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -40,6 +41,12 @@ struct SchedulerOptions {
   // thread runs its ready queue, so code that relies on that order works
   // unchanged on one worker. With more workers no order holds anyway.
   bool lone_worker_fifo = true;
+  // A worker retired by a resize keeps its thread, asleep, and a later
+  // resize up wakes it instead of starting a thread. What a thread costs
+  // beyond its stack (the Python layer's interpreter state and allocator
+  // heaps, malloc arenas) is then made once per slot, not once per resize:
+  // a service resized every few seconds keeps a flat RSS.
+  bool keep_retired_threads = true;
 };
 
 // The multi-threaded work-stealing scheduler.
@@ -71,10 +78,11 @@ class Scheduler final : public task::Executor {
   void Schedule(task::Task* task, task::ScheduleKind kind) override;
   void OnComplete(task::Task* task) override;
 
-  // Live resize: start workers up to `workers`, or ask the highest-numbered
-  // ones to retire (each finishes its current unit, hands its queue to the
-  // injector and exits). Returns at once; retired threads are joined by a
-  // later Resize or by Join.
+  // Live resize: start workers up to `workers` (waking dormant ones
+  // first), or ask the highest-numbered ones to retire (each finishes its
+  // current unit, hands its queue to the injector and then sleeps dormant,
+  // or exits without keep_retired_threads). Returns at once; exited threads
+  // are joined by a later Resize or by Join, dormant ones by Join.
   absl::Status Resize(std::size_t workers);
 
   // Stops scheduling: from now on every queued task and every task woken
@@ -159,7 +167,15 @@ class Scheduler final : public task::Executor {
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
  private:
-  enum class SlotStatus : int { kUnused, kRunning, kRetiring, kExited };
+  // kDormant: retired, its thread asleep until a resize wakes it (back to
+  // kRunning) or the scheduler closes (then it exits).
+  enum class SlotStatus : int {
+    kUnused,
+    kRunning,
+    kRetiring,
+    kDormant,
+    kExited
+  };
   struct WorkerSlot {
     explicit WorkerSlot(SharedDriver* driver) : parker(driver) {}
     LocalQueue queue;
@@ -171,6 +187,10 @@ class Scheduler final : public task::Executor {
     // Set by RerunParkHooks, taken by the worker when its park wakes.
     std::atomic<bool> rerun_park_hooks{false};
     std::thread thread;  // Guarded by the scheduler's lifecycle_mu_.
+    // A dormant worker waits on this; status changes to and from kDormant
+    // are made under the mutex, so no wake is lost.
+    std::mutex dormant_mu;
+    std::condition_variable dormant_cv;
   };
 
  public:
@@ -179,7 +199,14 @@ class Scheduler final : public task::Executor {
 
  private:
   absl::Status StartWorkerLocked(std::size_t index);
+  // Wakes a dormant worker as a running one (lifecycle_mu_ held).
+  void ReviveWorkerLocked(std::size_t index);
   void WorkerMain(std::size_t index);
+  // A retired worker's sleep: true when a resize revived it, false when
+  // the scheduler closed.
+  bool SleepDormant(WorkerSlot& slot, std::size_t index);
+  // Wakes every dormant worker so it sees the scheduler closed.
+  void WakeDormant();
   void PushLocal(WorkerSlot& slot, task::Task* task);
   // Wakes one sleeper if the Idle protocol says one is needed; true if it
   // did.

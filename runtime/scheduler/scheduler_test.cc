@@ -55,7 +55,8 @@ TEST_P(SchedulerTest, EverySpawnedUnitRunsOnce) {
   for (int i = 0; i < kUnits; ++i) {
     ASSERT_TRUE(rt.Spawn([&ran, i] { ran[i].fetch_add(1); }).ok());
   }
-  ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+  ASSERT_TRUE(
+      Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
   for (int i = 0; i < kUnits; ++i) ASSERT_EQ(ran[i].load(), 1) << i;
   rt.Shutdown();
 }
@@ -126,7 +127,8 @@ TEST_P(SchedulerTest, HooksRunOnEveryWorkerAndParkHooksBalance) {
     Runtime rt(TestConfig(3, GetParam()), hooks);
     ASSERT_TRUE(rt.Start().ok());
     for (int i = 0; i < 100; ++i) ASSERT_TRUE(rt.Spawn([] {}).ok());
-    ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+    ASSERT_TRUE(
+        Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
     ASSERT_TRUE(Eventually([&] { return parks.load() >= 3; }));
     rt.Shutdown();
   }
@@ -153,7 +155,8 @@ TEST_P(SchedulerTest, RerunParkHooksReachesEveryParkedWorker) {
   Runtime rt(TestConfig(3, GetParam()), hooks);
   ASSERT_TRUE(rt.Start().ok());
   for (int i = 0; i < 30; ++i) ASSERT_TRUE(rt.Spawn([] {}).ok());
-  ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+  ASSERT_TRUE(
+      Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
   // All three asleep: every park so far has its unpark but the current one.
   ASSERT_TRUE(Eventually([&] { return parks.load() - unparks.load() == 3; }));
   armed.store(true);
@@ -191,7 +194,8 @@ TEST_P(SchedulerTest, WakeStormNeverOverlapsAndLastWakeIsHonoured) {
   }
   for (auto& w : wakers) w.join();
   ASSERT_TRUE(Eventually([&] {
-    return (t->state().Load() & (task::State::kScheduled | task::State::kRunning)) == 0;
+    return (t->state().Load() &
+            (task::State::kScheduled | task::State::kRunning)) == 0;
   }));
   const int before = polls.load();
   t->Wake();
@@ -210,16 +214,20 @@ TEST_P(SchedulerTest, PingPongPairCannotStarveTheQueue) {
   std::atomic<bool> stop{false};
   LambdaTask* a = nullptr;
   LambdaTask* b = nullptr;
-  a = new LambdaTask([&](LambdaTask*) {
-    if (stop.load()) return true;
-    b->Wake();
-    return false;
-  }, /*scheduled=*/false);
-  b = new LambdaTask([&](LambdaTask*) {
-    if (stop.load()) return true;
-    a->Wake();
-    return false;
-  }, /*scheduled=*/false);
+  a = new LambdaTask(
+      [&](LambdaTask*) {
+        if (stop.load()) return true;
+        b->Wake();
+        return false;
+      },
+      /*scheduled=*/false);
+  b = new LambdaTask(
+      [&](LambdaTask*) {
+        if (stop.load()) return true;
+        a->Wake();
+        return false;
+      },
+      /*scheduled=*/false);
   a->set_executor(rt.executor());
   b->set_executor(rt.executor());
   Notification starved_task_ran;
@@ -290,7 +298,8 @@ TEST_P(SchedulerTest, LoneWorkerRunsWakesInOrder) {
     ASSERT_TRUE(rt.Start().ok());
     {
       RunOrder<char> run(rt);
-      std::vector<LambdaTask*> units = {run.Unit('x'), run.Unit('y'), run.Unit('z')};
+      std::vector<LambdaTask*> units = {run.Unit('x'), run.Unit('y'),
+                                        run.Unit('z')};
       ASSERT_TRUE(rt.Spawn([&] {
                       for (LambdaTask* unit : units) unit->Wake();
                     }).ok());
@@ -349,7 +358,8 @@ TEST_P(SchedulerTest, LoneWorkerDoesNotStarveItsQueueBehindTheInjector) {
     EXPECT_GE(at, 1);
     EXPECT_LE(at, 31);
     for (int i = 0; i < kRemote; ++i) {
-      EXPECT_EQ(order[i < at ? i : i + 1], i) << "remote units keep their order";
+      EXPECT_EQ(order[i < at ? i : i + 1], i)
+          << "remote units keep their order";
     }
   }
   rt.Shutdown();
@@ -459,13 +469,49 @@ TEST_P(SchedulerTest, ResizeUpAndDownLosesNothing) {
     ASSERT_TRUE(rt.Spawn([&ran, i] { ran[i].fetch_add(1); }).ok());
     if (i == kUnits / 2) ASSERT_TRUE(rt.ResizeWorkers(1).ok());
   }
-  ASSERT_TRUE(Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
+  ASSERT_TRUE(
+      Eventually([&] { return rt.scheduler().tasks_in_flight() == 0; }));
   for (int i = 0; i < kUnits; ++i) ASSERT_EQ(ran[i].load(), 1) << i;
   EXPECT_TRUE(Eventually([&] { return rt.scheduler().live_workers() == 1; }));
   EXPECT_EQ(rt.Snapshot().worker_threads, 1u);
   EXPECT_EQ(rt.ResizeWorkers(0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rt.ResizeWorkers(17).code(), absl::StatusCode::kInvalidArgument);
   rt.Shutdown();
+}
+
+// A resize down leaves the retired workers' threads dormant and a resize
+// up wakes them: the same OS threads serve every round, work queued while
+// they sleep runs, and shutdown joins them.
+TEST_P(SchedulerTest, ResizeRoundsReuseDormantThreads) {
+  Runtime rt(TestConfig(4, GetParam()));
+  ASSERT_TRUE(rt.Start().ok());
+  auto tids = [&] {
+    std::set<std::int32_t> ids;
+    for (std::size_t i = 0; i < rt.scheduler().slot_count(); ++i) {
+      ids.insert(rt.scheduler().WorkerMetrics(i)->os_thread_id.load());
+    }
+    return ids;
+  };
+  ASSERT_TRUE(
+      Eventually([&] { return tids().count(0) == 0 && tids().size() == 4; }));
+  const std::set<std::int32_t> first = tids();
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_TRUE(rt.ResizeWorkers(1).ok());
+    ASSERT_TRUE(Eventually([&] { return rt.scheduler().live_workers() == 1; }))
+        << "round " << round << " live " << rt.scheduler().live_workers();
+    std::atomic<int> ran{0};
+    for (int i = 0; i < 100; ++i)
+      ASSERT_TRUE(rt.Spawn([&ran] { ran.fetch_add(1); }).ok());
+    ASSERT_TRUE(rt.ResizeWorkers(4).ok());
+    ASSERT_TRUE(Eventually([&] { return ran.load() == 100; }));
+    ASSERT_TRUE(Eventually([&] { return rt.scheduler().live_workers() == 4; }));
+  }
+  EXPECT_EQ(tids(), first);
+  EXPECT_EQ(rt.scheduler().slot_count(), 4u);
+  ASSERT_TRUE(rt.ResizeWorkers(2).ok());
+  ASSERT_TRUE(Eventually([&] { return rt.scheduler().live_workers() == 2; }));
+  rt.Shutdown();  // Joins the two dormant threads too.
+  EXPECT_EQ(rt.scheduler().live_workers(), 0u);
 }
 
 // The worker sleeping in the reactor may be the one a resize retires: the
@@ -497,7 +543,8 @@ TEST_P(SchedulerTest, TimersKeepFiringAfterTheReactorDriverRetires) {
         },
         /*scheduled=*/false);
     t->set_executor(rt.executor());
-    rt.driver().timers().Arm(&entry, std::chrono::steady_clock::now() + milliseconds(5), t);
+    rt.driver().timers().Arm(
+        &entry, std::chrono::steady_clock::now() + milliseconds(5), t);
     t->Unref();  // The timer holds it.
     ASSERT_TRUE(fired.WaitFor(milliseconds(3000))) << "round " << round;
   }
@@ -527,13 +574,14 @@ TEST_P(SchedulerTest, IdleWorkersPark) {
   rt.Shutdown();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    ReactorModes, SchedulerTest,
-    ::testing::Values(ReactorMode::kWorkers, ReactorMode::kDedicatedThread),
-    [](const ::testing::TestParamInfo<ReactorMode>& info) {
-      return info.param == ReactorMode::kWorkers ? std::string("WorkersDrive")
-                                                 : std::string("DedicatedThread");
-    });
+INSTANTIATE_TEST_SUITE_P(ReactorModes, SchedulerTest,
+                         ::testing::Values(ReactorMode::kWorkers,
+                                           ReactorMode::kDedicatedThread),
+                         [](const ::testing::TestParamInfo<ReactorMode>& info) {
+                           return info.param == ReactorMode::kWorkers
+                                      ? std::string("WorkersDrive")
+                                      : std::string("DedicatedThread");
+                         });
 
 }  // namespace
 }  // namespace mt::runtime
