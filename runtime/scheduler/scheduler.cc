@@ -355,14 +355,17 @@ void Scheduler::ReviveWorkerLocked(std::size_t index) {
   slot->dormant_cv.notify_one();
 }
 
+void Scheduler::WakeDormant(WorkerSlot& slot) {
+  // Under the mutex: a worker between its closed() check and its wait
+  // still gets this wake.
+  std::lock_guard<std::mutex> lock(slot.dormant_mu);
+  slot.dormant_cv.notify_all();
+}
+
 void Scheduler::WakeDormant() {
   for (std::size_t i = 0; i < options_.max_workers; ++i) {
     WorkerSlot* slot = slots_[i].load(std::memory_order_acquire);
-    if (slot == nullptr) continue;
-    // Under the mutex: a worker between its closed() check and its wait
-    // still gets this wake.
-    std::lock_guard<std::mutex> lock(slot->dormant_mu);
-    slot->dormant_cv.notify_all();
+    if (slot != nullptr) WakeDormant(*slot);
   }
 }
 
@@ -389,10 +392,7 @@ void Scheduler::Join() {
         break;
       }
       slot->parker.Unpark();
-      {
-        std::lock_guard<std::mutex> wake(slot->dormant_mu);
-        slot->dormant_cv.notify_all();
-      }
+      WakeDormant(*slot);
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }

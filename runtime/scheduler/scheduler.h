@@ -205,7 +205,10 @@ class Scheduler final : public task::Executor {
   // A retired worker's sleep: true when a resize revived it, false when
   // the scheduler closed.
   bool SleepDormant(WorkerSlot& slot, std::size_t index);
-  // Wakes every dormant worker so it sees the scheduler closed.
+  // Wakes `slot`'s worker if it sleeps dormant, so it sees its new status
+  // or the scheduler closed.
+  void WakeDormant(WorkerSlot& slot);
+  // WakeDormant for every slot.
   void WakeDormant();
   void PushLocal(WorkerSlot& slot, task::Task* task);
   // Wakes one sleeper if the Idle protocol says one is needed; true if it
