@@ -16,6 +16,7 @@ import asyncio as _stdlib_asyncio
 import itertools
 import json
 import os
+import re
 import sys
 import threading
 import weakref
@@ -95,8 +96,24 @@ def _live_loops():
 # --- answers ----------------------------------------------------------------------
 
 
-def _clip(text, limit=_MAX_TEXT):
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+# Lone surrogates: a str may hold them (a task named from undecoded bytes,
+# say), UTF-8 cannot, and one in a page would fail the whole answer.
+_UNENCODABLE = re.compile("[\ud800-\udfff]")
+
+
+def _text(value, limit=_MAX_TEXT):
+    """A string the process gave us, made safe to answer once, here at the
+    source: any object turned to str (a repr that raises gives its type),
+    code points UTF-8 cannot carry replaced by U+FFFD, clipped to limit
+    code points. Control characters are kept: they are data, and making
+    them harmless on a terminal is the printer's job."""
+    if not isinstance(value, str):
+        try:
+            value = str(value)
+        except Exception:
+            value = f"<unprintable {type(value).__qualname__}>"
+    value = _UNENCODABLE.sub("\ufffd", value)
+    return value if len(value) <= limit else value[:limit - 3] + "..."
 
 
 def _loop_state(loop):
@@ -119,7 +136,7 @@ def _loop_info(loop_id, loop, by_state=True):
         "slow_steps": slow_steps,
         "slow_callback_duration_seconds": float(loop.slow_callback_duration),
         "thread_id": getattr(loop, "_native_thread_id", 0) or 0,
-        "type": f"{cls.__module__}.{cls.__qualname__}",
+        "type": _text(f"{cls.__module__}.{cls.__qualname__}"),
     }
 
 
@@ -176,19 +193,19 @@ def _task_info(task, loop_id, stats, detail=True):
     waiter = task._fut_waiter
     info = {
         "id": task_id,
-        "name": _clip(task.get_name()),
+        "name": _text(task.get_name()),
         "loop_id": loop_id,
         "state": _TASK_STATES.get(state, "TASK_STATE_UNSPECIFIED"),
-        "coroutine": _clip(_coroutine_name(task)),
+        "coroutine": _text(_coroutine_name(task)),
         "age_seconds": age,
         "steps": steps,
         "last_worker": last_worker,
         "busy_ns": busy_ns,
-        "awaiting": _clip(_describe_waiter(waiter)),
+        "awaiting": _text(_describe_waiter(waiter)),
         "cancelling": task.cancelling(),
     }
     if detail:
-        info["location"] = _clip(_location(task))
+        info["location"] = _text(_location(task))
     return info
 
 
@@ -264,7 +281,7 @@ def _list_tasks(request):
 
 def _frame_info(frame):
     code = frame.f_code
-    return {"function": _clip(code.co_qualname), "file": _clip(code.co_filename),
+    return {"function": _text(code.co_qualname), "file": _text(code.co_filename),
             "line": frame.f_lineno or 0}
 
 
@@ -276,9 +293,8 @@ def _get_task(request):
     call_graph = ""
     if sys.version_info >= (3, 14):  # asyncio's call-graph API is 3.14's.
         from . import graph
-        call_graph = graph.format_call_graph(task, limit=max_frames)
-        if len(call_graph) > _MAX_GRAPH_CHARS:
-            call_graph = call_graph[:_MAX_GRAPH_CHARS] + "\n..."
+        call_graph = _text(graph.format_call_graph(task, limit=max_frames),
+                           _MAX_GRAPH_CHARS)
     awaited_by = []
     for waiter in getattr(task, "_asyncio_awaited_by", None) or ():
         waiter_stats = getattr(waiter, "_mt_stats", None)
@@ -310,7 +326,7 @@ def _task_names(request):
     if wanted:
         for _, task, stats in _all_tasks():
             if stats[0] in wanted:
-                names[str(stats[0])] = _clip(task.get_name())
+                names[str(stats[0])] = _text(task.get_name())
     return {"names": names}
 
 

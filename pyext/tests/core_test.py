@@ -271,3 +271,39 @@ def test_loop_of_a_stopped_runtime_refuses_work():
             new.close()
     finally:
         mt_asyncio.shutdown_runtime()
+
+
+def test_admin_answers_any_task_name_as_utf8():
+    # A task name is any str: a lone surrogate (a name made from undecoded
+    # bytes) cannot travel as UTF-8 and once failed the whole ListTasks
+    # page; an over-long name must be clipped at a code point, never mid
+    # character. Control characters are data and come back as they are.
+    from mt_asyncio import _admin
+
+    names = {"surrogate": "bad\udcff-name", "escape": "ring\x1b]0;x\x07bell",
+             "long": "é" * 1000}
+
+    async def main():
+        release = mt_aio.Event()
+        tasks = [mt_aio.create_task(release.wait(), name=f"{key}:{name}")
+                 for key, name in names.items()]
+        await mt_aio.sleep(0)
+        try:
+            page = _admin.call("ListTasks", page_size=100)
+            ids = ",".join(str(t["id"]) for t in page["tasks"])
+            by_id = _admin.call("TaskNames", ids=ids)["names"]
+        finally:
+            release.set()
+            await mt_aio.wait_for(mt_aio.gather(*tasks), WAIT)
+        return page, by_id
+
+    page, by_id = mt_aio.run(main())
+    answered = {t["name"].split(":", 1)[0]: t["name"] for t in page["tasks"]
+                if ":" in t["name"]}
+    assert sorted(answered) == sorted(names)
+    assert answered["surrogate"] == "surrogate:bad\ufffd-name"
+    assert answered["escape"] == "escape:" + names["escape"]
+    assert len(answered["long"]) == 300 and answered["long"].endswith("é...")
+    for text in list(answered.values()) + list(by_id.values()):
+        text.encode("utf-8")  # Every answer is valid UTF-8.
+    assert sorted(by_id.values()) == sorted(t["name"] for t in page["tasks"])
