@@ -33,6 +33,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "control/src/table.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mt/control/v1/control.grpc.pb.h"
@@ -261,8 +263,9 @@ class Client {
 
   // Prints a failed call and returns its exit code.
   int Failed(const grpc::Status& status) const {
-    std::cerr << absl::StrFormat("mtctl: %s: %s (%s)\n", target_, status.error_message(),
-                                 CodeName(status.error_code()));
+    // The message may quote what the process holds (a task name): escaped.
+    std::cerr << absl::StrFormat("mtctl: %s: %s (%s)\n", target_,
+                                 Escape(status.error_message()), CodeName(status.error_code()));
     return status.error_code() == grpc::StatusCode::NOT_FOUND ? kExitNotFound : kExitFailed;
   }
 
@@ -638,12 +641,12 @@ int CmdTask(Client& c, const Options& o, CommandArgs& a) {
     return kExitOk;
   }
   const v1::TaskInfo& t = r.task();
-  absl::PrintF("task %d %s on loop %d: %s, coroutine %s\n", t.id(), t.name(), t.loop_id(),
-               StateName(t.state()), t.coroutine());
+  absl::PrintF("task %d %s on loop %d: %s, coroutine %s\n", t.id(), Escape(t.name()),
+               t.loop_id(), StateName(t.state()), Escape(t.coroutine()));
   absl::PrintF("age %s, %d steps, busy %s, last on worker %d, cancelling %d\n",
                Duration(t.age_seconds()), t.steps(), Duration(t.busy_ns() / 1e9),
                t.last_worker(), t.cancelling());
-  if (!t.awaiting().empty()) absl::PrintF("awaiting %s\n", t.awaiting());
+  if (!t.awaiting().empty()) absl::PrintF("awaiting %s\n", Escape(t.awaiting()));
   if (r.awaited_by_size() > 0) {
     std::string ids;
     for (auto w : r.awaited_by()) ids += (ids.empty() ? "" : ", ") + Num(w);
@@ -652,9 +655,16 @@ int CmdTask(Client& c, const Options& o, CommandArgs& a) {
   absl::PrintF("\nstack (innermost last):\n");
   if (r.stack_size() == 0) absl::PrintF("  (none: the task is running or has no frames)\n");
   for (const v1::FrameInfo& f : r.stack()) {
-    absl::PrintF("  File \"%s\", line %d, in %s\n", f.file(), f.line(), f.function());
+    absl::PrintF("  File \"%s\", line %d, in %s\n", Escape(f.file()), f.line(),
+                 Escape(f.function()));
   }
-  absl::PrintF("\nawait graph:\n%s\n", r.call_graph());
+  // The graph is lines of text from the process: each is escaped, the
+  // line breaks between them kept.
+  std::vector<std::string> graph;
+  for (absl::string_view line : absl::StrSplit(r.call_graph(), '\n')) {
+    graph.push_back(Escape({line.data(), line.size()}));
+  }
+  absl::PrintF("\nawait graph:\n%s\n", absl::StrJoin(graph, "\n"));
   return kExitOk;
 }
 

@@ -12,7 +12,9 @@ so the suite can follow it:
   {"event": "exit", ...}                          counts at the end
 
 With --hang-thread one to_thread job never returns (a shutdown must give
-up on it).
+up on it). With --hostile-name one waiting task is named with what a
+process may hold and a terminal must never act on: an escape sequence,
+a bell, a lone surrogate and a long run of two-byte characters.
 """
 
 import argparse
@@ -26,6 +28,7 @@ import mt_asyncio
 import mt_asyncio.asyncio as asyncio
 import mt_asyncio.control
 
+HOSTILE_NAME = "hostile\x1b]0;owned\x07-\udcff-" + "\u00e9" * 400
 counters = {"batches": 0, "batch_tasks_done": 0, "pipeline_items": 0,
             "thread_jobs": 0, "finally_ran": 0, "cancelled": 0, "requests": 0}
 lock = threading.Lock()
@@ -122,6 +125,8 @@ async def main(args):
         asyncio.create_task(guarded(thread_jobs), name="thread-jobs"),
         asyncio.create_task(guarded(batches, args.batch, args.pause), name="batches"),
     ]
+    if args.hostile_name:
+        tasks.append(asyncio.create_task(guarded(asyncio.sleep, 3600), name=HOSTILE_NAME))
     if args.hang_thread:
         never = threading.Event()
         tasks.append(asyncio.create_task(
@@ -147,6 +152,7 @@ def run():
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--pause", type=float, default=0.05)
     parser.add_argument("--hang-thread", action="store_true")
+    parser.add_argument("--hostile-name", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
     try:

@@ -84,6 +84,32 @@ def test_private_socket_and_every_read_command(service):
     assert str(service.pid) in listed and "running" in listed
 
 
+def test_hostile_task_name_is_answered_and_printed_inert():
+    svc = Service("--hostile-name")
+    try:
+        def raw(*args):
+            proc = subprocess.run([MTCTL, "--target", str(svc.pid), *args],
+                                  capture_output=True, timeout=WAIT, env=svc.env)
+            assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+            return proc.stdout
+
+        # The page holds it (a lone surrogate once failed the whole page),
+        # as U+FFFD, clipped by code point; the control characters are data.
+        listed = json.loads(raw("-o", "json", "ps", "--name", "hostile"))["tasks"]
+        assert len(listed) == 1, listed
+        name = listed[0]["name"]
+        assert name.startswith("hostile\x1b]0;owned\x07-\ufffd-\u00e9"), name
+        assert len(name) == 300 and name.endswith("\u00e9..."), len(name)
+        # Printed, nothing reaches the terminal: no ESC, no BEL, valid UTF-8.
+        for out in (raw("ps", "--name", "hostile"), raw("-o", "wide", "ps"),
+                    raw("task", str(listed[0]["id"]))):
+            assert b"\x1b" not in out and b"\x07" not in out, out
+            assert b"hostile\\x1b]0;owned\\x07-" in out, out
+            out.decode("utf-8")
+    finally:
+        svc.close()
+
+
 def test_every_command_in_table_and_json(service):
     # What the other cases read in one format only, in the other one too.
     lines = service.mtctl("watch", "--interval", "0.1", "--count", "2").stdout.splitlines()
