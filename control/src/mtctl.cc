@@ -348,10 +348,11 @@ void PrintInfo(const v1::GetInfoResponse& info) {
   const v1::InterpreterInfo& py = info.interpreter();
   const v1::RuntimeInfo& rt = info.runtime();
   const v1::RuntimeConfig& cfg = rt.config();
-  absl::PrintF("process      pid %d, mt_asyncio %s\n", info.pid(), info.mt_asyncio_version());
-  absl::PrintF("interpreter  %s %s (%s, GIL %s) %s\n", py.implementation(), py.version(),
-               py.free_threaded() ? "free-threaded" : "GIL build",
-               py.gil_enabled() ? "enabled" : "disabled", py.executable());
+  absl::PrintF("process      pid %d, mt_asyncio %s\n", info.pid(),
+               Escape(info.mt_asyncio_version()));
+  absl::PrintF("interpreter  %s %s (%s, GIL %s) %s\n", Escape(py.implementation()),
+               Escape(py.version()), py.free_threaded() ? "free-threaded" : "GIL build",
+               py.gil_enabled() ? "enabled" : "disabled", Escape(py.executable()));
   absl::PrintF("runtime      %s, uptime %s, reactor on %s\n", StateName(rt.state()),
                Duration(rt.uptime_seconds()), cfg.reactor_mode());
   absl::PrintF("workers      %d target, %d live (at most %d), %d searching, %d parked\n",
