@@ -139,9 +139,12 @@ _atexit.register(shutdown_runtime)
 
 def _start_control_from_env():
     # MT_ASYNCIO_CONTROL=1 (or a path): the control plane without a code
-    # change. Closed at exit, before the runtime stops.
+    # change. Closed at exit, before the runtime stops. The off values are
+    # control._ENV_OFF, repeated so that a service without the control
+    # plane does not import it.
     import os
-    if os.environ.get("MT_ASYNCIO_CONTROL", "") in ("", "0"):
+    value = os.environ.get("MT_ASYNCIO_CONTROL", "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
         return
     from . import control
     control._serve_from_env()  # serve() registers its close at exit.

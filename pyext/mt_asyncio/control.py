@@ -12,12 +12,20 @@ Over TCP it serves only with TLS and a bearer token on every call (the
 admin token, or a read-only token that cannot change anything); see
 serve() and docs/control.md.
 
-Setting ``MT_ASYNCIO_CONTROL=1`` in a service's environment serves the
-default socket as soon as ``mt_asyncio`` is imported; any other non-empty
-value except ``0`` is taken as the socket's path. ``MT_ASYNCIO_CONTROL_TCP``
+``MT_ASYNCIO_CONTROL`` in a service's environment serves the control
+plane as soon as ``mt_asyncio`` is imported: ``1``, ``true``, ``yes`` or
+``on`` (any case) serve the default socket, an absolute path serves that
+socket; empty, ``0``, ``false``, ``no`` and ``off`` serve nothing, and any
+other value is refused with a line on stderr. ``MT_ASYNCIO_CONTROL_TCP``
 (``HOST:PORT``) adds the TCP listener, with its files from
 ``MT_ASYNCIO_CONTROL_TLS_CERT``, ``..._TLS_KEY``, ``..._CLIENT_CA``,
 ``..._TOKEN_FILE`` and ``..._READONLY_TOKEN_FILE``.
+
+Every file is opened once, without following a link, and checked on the
+open descriptor: tokens and the TLS key must be regular files of this
+user that no other user can read or write (0600 or 0400); the
+certificate and client CA must belong to this user or root and be
+writable by nobody else.
 """
 
 import atexit
@@ -37,9 +45,22 @@ __all__ = ["serve", "ControlServer", "default_socket_path"]
 _MAX_SOCKET_PATH = 107
 
 _ENV = "MT_ASYNCIO_CONTROL"
+# Keep _ENV_OFF in step with _start_control_from_env() in __init__.py.
+_ENV_ON = frozenset(("1", "true", "yes", "on"))
+_ENV_OFF = frozenset(("", "0", "false", "no", "off"))
 
 # A token shorter than this is refused: it could be guessed.
 _MIN_TOKEN_BYTES = 16
+# Nor is one of fewer distinct characters. A floor against placeholders
+# ("aaaa...", "abab..."), not a strength meter: a random hex token of 16
+# characters has fewer than 4 distinct ones with probability 1.3e-9.
+_MIN_TOKEN_DISTINCT = 4
+# A longer one would not fit in the call metadata gRPC accepts.
+_MAX_TOKEN_BYTES = 4096
+
+# No certificate, key or token is this large; a bigger file (or a
+# device that never ends) is refused rather than read into memory.
+_MAX_FILE_BYTES = 1 << 20
 
 
 def _interpreter_info():
@@ -66,18 +87,36 @@ def default_socket_path(pid=None):
 
 
 def _private_dir(path):
-    """Make (or check) a folder only this user can enter."""
+    """Make (or check) a folder only this user can enter. One found in
+    another state is refused, never repaired: what others could put in it
+    while it was open would stay there."""
     try:
         os.mkdir(path, 0o700)  # mkdir's mode is narrowed by the umask only.
     except FileExistsError:
         pass
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
-        raise PermissionError(f"{path} is not a folder")
+        raise PermissionError(f"{path} is not a folder (a link or a file is not followed)")
     if st.st_uid != os.geteuid():
         raise PermissionError(f"{path} belongs to uid {st.st_uid}, not to this user")
     if stat.S_IMODE(st.st_mode) & 0o077:
-        os.chmod(path, 0o700)
+        raise PermissionError(
+            f"{path} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+            f"remove it, or make it 0700 if nothing in it is foreign")
+
+
+def _check_socket_folder(folder):
+    """A socket given by path: its folder must be this user's (or root's)
+    and writable by nobody else, or another user could swap the socket."""
+    st = os.stat(folder)
+    if st.st_uid not in (os.geteuid(), 0):
+        raise PermissionError(
+            f"the socket folder {folder} belongs to uid {st.st_uid}, not to this user or root")
+    if st.st_mode & 0o022:
+        raise PermissionError(
+            f"the socket folder {folder} is writable by other users (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): another user could replace the socket; "
+            f"use a folder only this user can write, or the default path")
 
 
 def _remove_stale_socket(path):
@@ -103,34 +142,84 @@ def _remove_stale_socket(path):
     raise FileExistsError(f"another process serves {path}")
 
 
-def _read_file(path, what):
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot read the {what} {path}: {exc.strerror}") from None
-
-
-def _read_secret(path, what):
-    """A token or private key file: refused when other users can read it
-    (as ssh refuses such keys)."""
+def _read_checked(path, what, *, secret):
+    """The contents of `path`, opened once without following a link and
+    checked on the open descriptor (so it cannot be swapped between the
+    check and the read). A `secret` (token, key) must be this user's and
+    closed to everyone else; other files (certificate, CA) must be this
+    user's or root's and writable by nobody else."""
     path = os.fspath(path)
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"the {what} {path} is not a regular file")
-    if st.st_mode & 0o007:
-        raise PermissionError(
-            f"the {what} {path} is open to other users (mode "
-            f"{stat.S_IMODE(st.st_mode):04o}); make it 0600 or 0640")
-    return _read_file(path, what)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PermissionError(
+                errno.ELOOP, f"the {what} {path} is a symbolic link; give the file itself"
+            ) from None
+        raise OSError(exc.errno, f"cannot read the {what} {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        mode = stat.S_IMODE(st.st_mode)
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError(f"the {what} {path} is not a regular file")
+        if secret:
+            if st.st_uid != os.geteuid():
+                raise PermissionError(
+                    f"the {what} {path} belongs to uid {st.st_uid}, not to this user")
+            if mode & 0o077:
+                raise PermissionError(
+                    f"the {what} {path} is open to other users (mode {mode:04o}); "
+                    f"make it 0600")
+        else:
+            if st.st_uid not in (os.geteuid(), 0):
+                raise PermissionError(
+                    f"the {what} {path} belongs to uid {st.st_uid}, not to this user or root")
+            if mode & 0o022:
+                raise PermissionError(
+                    f"the {what} {path} is writable by other users (mode {mode:04o}); "
+                    f"make it 0644 or narrower")
+        if st.st_size > _MAX_FILE_BYTES:
+            raise ValueError(f"the {what} {path} is larger than {_MAX_FILE_BYTES} bytes")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > _MAX_FILE_BYTES:
+                raise ValueError(f"the {what} {path} is larger than {_MAX_FILE_BYTES} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _is_periodic(text):
+    """Whether `text` is a shorter string repeated ("abcabcabc"): exactly
+    then is it found in its doubling with the ends cut off."""
+    return len(text) > 1 and text in (text + text)[1:-1]
+
+
+def _token_problem(token):
+    """Why `token` (bytes) cannot be a bearer token, or None."""
+    if len(token) < _MIN_TOKEN_BYTES:
+        return f"holds fewer than {_MIN_TOKEN_BYTES} bytes"
+    if len(token) > _MAX_TOKEN_BYTES:
+        return f"holds more than {_MAX_TOKEN_BYTES} bytes"
+    if any(b < 0x21 or b > 0x7E for b in token):
+        return "must be printable ASCII without spaces"
+    if len(set(token)) < _MIN_TOKEN_DISTINCT or _is_periodic(token):
+        return (f"does not look random (fewer than {_MIN_TOKEN_DISTINCT} distinct "
+                f"characters, or a repeated pattern); make one with `openssl rand -hex 24`")
+    return None
 
 
 def _read_token(path, what):
-    token = _read_secret(path, what).strip()
-    if len(token) < _MIN_TOKEN_BYTES:
-        raise ValueError(f"the {what} {path} holds fewer than {_MIN_TOKEN_BYTES} bytes")
-    if any(b < 0x21 or b > 0x7E for b in token):
-        raise ValueError(f"the {what} {path} must be printable ASCII without spaces")
+    token = _read_checked(path, what, secret=True).strip()
+    problem = _token_problem(token)
+    if problem is not None:
+        raise ValueError(f"the {what} {os.fspath(path)} {problem}")
     return token.decode("ascii")
 
 
@@ -163,10 +252,13 @@ def _tcp_options(tcp, tls_cert, tls_key, client_ca, token_file, readonly_token_f
             raise ValueError("the read-only token must differ from the admin token")
     return {
         "address": _tcp_address(tcp),
-        "cert_chain_pem": _read_file(tls_cert, "TLS certificate").decode("ascii", "replace"),
-        "private_key_pem": _read_secret(tls_key, "TLS key").decode("ascii", "replace"),
+        "cert_chain_pem": _read_checked(tls_cert, "TLS certificate", secret=False)
+                          .decode("ascii", "replace"),
+        "private_key_pem": _read_checked(tls_key, "TLS key", secret=True)
+                           .decode("ascii", "replace"),
         "client_ca_pem": ("" if client_ca is None else
-                          _read_file(client_ca, "client CA").decode("ascii", "replace")),
+                          _read_checked(client_ca, "client CA", secret=False)
+                          .decode("ascii", "replace")),
         "admin_token": admin,
         "read_only_token": read_only,
     }
@@ -213,8 +305,9 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
     """Start the control service and return a ControlServer.
 
     ``path`` is the Unix socket (default: default_socket_path(), in a
-    private folder made on demand). A given path's folder must exist; a
-    stale socket there is replaced, a live one is an error. The socket is
+    private folder made on demand). A given path's folder must exist,
+    belong to this user or root and be writable by nobody else; a stale
+    socket there is replaced, a live one is an error. The socket is
     always served; only this process's user and root may connect.
 
     ``tcp`` (``"HOST:PORT"`` or ``(host, port)``; port 0 picks a free one,
@@ -223,7 +316,8 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
     require client certificates signed by it) and only to calls carrying a
     bearer token: the one in ``token_file`` may call everything, the one in
     ``readonly_token_file`` (optional) only the methods that change
-    nothing. Token and key files must not be open to other users.
+    nothing. Token and key files must be this user's and closed to others
+    (0600); no file may be a symbolic link.
     """
     tcp_options = None
     if tcp is not None:
@@ -241,6 +335,7 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"socket folder does not exist: {folder}")
+    _check_socket_folder(folder)
     _remove_stale_socket(path)
     try:
         from . import _control  # Loaded on demand: it links gRPC.
@@ -261,11 +356,35 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
 _from_env = None
 
 
+def _socket_from_env(value):
+    """MT_ASYNCIO_CONTROL's value as serve()'s path: False for off, None
+    for the default socket, or an absolute path. Anything else (a typo, a
+    relative path) is refused rather than taken as a socket's name."""
+    word = value.strip().lower()
+    if word in _ENV_OFF:
+        return False
+    if word in _ENV_ON:
+        return None
+    if value.startswith("/"):
+        return value
+    raise ValueError(
+        "expected 1, true, yes or on (the default socket), an absolute path, "
+        "or 0, false, no or off")
+
+
 def _serve_from_env():
     """MT_ASYNCIO_CONTROL: serve when mt_asyncio is imported."""
     global _from_env
     value = os.environ.get(_ENV, "")
-    if not value or value == "0" or _from_env is not None:
+    if _from_env is not None:
+        return
+    try:
+        path = _socket_from_env(value)
+    except ValueError as exc:
+        print(f"mt_asyncio: {_ENV}={value!r}: control plane not started: {exc}",
+              file=sys.stderr)
+        return
+    if path is False:
         return
     tcp = {}
     if os.environ.get(_ENV + "_TCP"):
@@ -275,7 +394,7 @@ def _serve_from_env():
             if file:
                 tcp[key] = file
     try:
-        _from_env = serve(None if value == "1" else value, **tcp)
+        _from_env = serve(path, **tcp)
     except Exception as exc:  # noqa: BLE001 - the service must still start.
         print(f"mt_asyncio: {_ENV}={value!r}: control plane not started: {exc}",
               file=sys.stderr)

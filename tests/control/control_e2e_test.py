@@ -187,7 +187,7 @@ def _secret(path, text, mode=0o600):
 
 def test_tcp_is_served_only_with_tls_and_a_good_token(tmp_path, socket_path):
     serve = mt_asyncio.control.serve
-    token = _secret(tmp_path / "admin.token", "a" * 32 + "\n")
+    token = _secret(tmp_path / "admin.token", os.urandom(16).hex() + "\n")
     cert, key = tmp_path / "cert.pem", _secret(tmp_path / "key.pem", "")
     cert.write_text("")
     with pytest.raises(ValueError, match="needs TLS"):
