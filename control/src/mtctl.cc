@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <google/protobuf/util/json_util.h>
+#include <grpcpp/create_channel_posix.h>
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
@@ -36,6 +37,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "control/src/table.h"
+#include "control/src/unix_connect.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "mt/control/v1/control.grpc.pb.h"
 
@@ -165,8 +167,9 @@ class Client {
  public:
   explicit Client(const Options& opts) : opts_(opts) {}
 
-  // Resolves the target and connects; an exit code on failure.
-  int Connect() {
+  // Resolves the target and connects; an exit code on failure, said on
+  // stderr when `report`.
+  int Connect(bool report = true) {
     // One deadline for the whole wait: the socket appearing, then the
     // connection being accepted.
     const auto connect_deadline =
@@ -201,16 +204,18 @@ class Client {
       }
       const std::string path = target.substr(target.rfind("unix://", 0) == 0 ? 7 : 5);
       // A process that is starting has no socket yet: with a connect
-      // timeout, wait for it rather than report it missing.
-      struct stat st {};
-      while (stat(path.c_str(), &st) != 0) {
-        if (std::chrono::system_clock::now() >= connect_deadline) {
-          std::cerr << "mtctl: no control socket at " << path << "\n";
-          return kExitNotFound;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      // timeout, wait for it rather than report it missing. Nothing is
+      // sent before the kernel says who serves the socket.
+      absl::StatusOr<int> fd = ConnectTrustedUnixSocket(path, connect_deadline);
+      if (!fd.ok()) {
+        foreign_ = absl::IsPermissionDenied(fd.status());
+        if (report) std::cerr << "mtctl: " << Escape(std::string(fd.status().message())) << "\n";
+        return absl::IsNotFound(fd.status()) ? kExitNotFound : kExitFailed;
       }
-      creds = grpc::InsecureChannelCredentials();
+      target_ = target;
+      channel_ = grpc::CreateCustomInsecureChannelFromFd(target, *fd, args);
+      stub_ = v1::RuntimeControl::NewStub(channel_);
+      return kExitOk;
     } else {
       // The control plane serves TCP only over TLS, with a token.
       if (opts_.tls_ca.empty()) return UsageError("a HOST:PORT target needs --tls-ca");
@@ -260,6 +265,8 @@ class Client {
   v1::RuntimeControl::Stub& stub() { return *stub_; }
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   const std::string& target() const { return target_; }
+  // Whether Connect() refused a socket served by another user.
+  bool foreign() const { return foreign_; }
 
   // Prints a failed call and returns its exit code.
   int Failed(const grpc::Status& status) const {
@@ -312,6 +319,7 @@ class Client {
   std::string token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::RuntimeControl::Stub> stub_;
+  bool foreign_ = false;
 };
 
 // --- rendering -------------------------------------------------------------------
@@ -874,13 +882,14 @@ int CmdList(const Options& o) {
     one.target = "unix://" + path;
     Client c(one);
     v1::GetInfoResponse r;
-    grpc::Status s = c.Connect() == kExitOk
+    grpc::Status s = c.Connect(/*report=*/false) == kExitOk
                          ? c.stub().GetInfo(c.Context().get(), v1::GetInfoRequest(), &r)
                          : grpc::Status(grpc::StatusCode::UNAVAILABLE, "no socket");
     const std::string base = path.substr(path.rfind('/') + 1);
     const std::string pid = base.substr(0, base.size() - 5);
     if (!s.ok()) {
-      table.AddRow({pid, OwnerAlive(path) ? "unreachable" : "stale", "-", "-", "-", path});
+      const char* state = c.foreign() ? "foreign" : OwnerAlive(path) ? "unreachable" : "stale";
+      table.AddRow({pid, state, "-", "-", "-", path});
       continue;
     }
     table.AddRow({Num(r.pid()), StateName(r.runtime().state()),
