@@ -1,0 +1,379 @@
+"""The control plane against a hostile neighbourhood: files and paths
+another user can reach, environment values that are not what they seem,
+and a socket swapped by another user under mtctl.
+
+Every refusal is checked for what it leaves behind too: nothing served,
+nothing created, nothing repaired. Cases that need a second user (a file
+or socket of `nobody`) run as root and are skipped, with the reason,
+otherwise.
+"""
+
+import base64
+import json
+import os
+import random
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import uuid
+
+import pytest
+
+import mt_asyncio
+import mt_asyncio.control as control
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # The helpers beside it.
+import certs  # noqa: E402
+from harness import MTCTL  # noqa: E402
+
+WAIT = 30
+AS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not AS_ROOT, reason="needs root to act as another user")
+
+
+def _nobody():
+    import pwd
+    return pwd.getpwnam("nobody")
+
+
+@pytest.fixture
+def folder():
+    # Short, and 0700 (mkdtemp): a Unix socket path must fit 107 bytes.
+    path = tempfile.mkdtemp(prefix="mthost-", dir="/tmp")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tls_files():
+    path = tempfile.mkdtemp(prefix="mtcerts-", dir="/tmp")
+    try:
+        why = certs.make(path)
+        if why:
+            pytest.skip(why)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _write(path, data, mode):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+    os.chmod(path, mode)  # Whatever the umask.
+    return path
+
+
+def _copy(src, dst, mode):
+    with open(src, "rb") as f:
+        return _write(dst, f.read(), mode)
+
+
+# --- tokens ---------------------------------------------------------------
+
+
+def test_random_tokens_of_every_usual_shape_are_accepted():
+    # The floor must never refuse a real token. Seeded, so the run is the
+    # same every time; the chance that a random 16-character hex token has
+    # fewer than 4 distinct characters is 1.3e-9.
+    rng = random.Random(27)
+    shapes = {
+        "hex16": lambda: rng.randbytes(8).hex(),
+        "hex48": lambda: rng.randbytes(24).hex(),
+        "urlsafe16": lambda: base64.urlsafe_b64encode(rng.randbytes(12)).decode(),
+        "digits20": lambda: "".join(rng.choice("0123456789") for _ in range(20)),
+        "base32": lambda: base64.b32encode(rng.randbytes(10)).decode(),
+        "uuid4": lambda: str(uuid.UUID(bytes=rng.randbytes(16), version=4)),
+    }
+    for name, make in shapes.items():
+        for _ in range(20000):
+            token = make()
+            assert control._token_problem(token.encode()) is None, (name, token)
+
+
+@pytest.mark.parametrize("token, problem", [
+    (b"a" * 32, "does not look random"),
+    (b"ab" * 16, "does not look random"),
+    (b"abcd" * 8, "does not look random"),
+    (b"changeme" * 2, "does not look random"),
+    (b"aaaaaaaaaaaaaaab", "does not look random"),
+    (b"short", "fewer than 16"),
+    (b"c" * 10 + b" " + b"d" * 10, "printable"),
+    (b"\xc3\xa9" * 16, "printable"),
+    (os.urandom(4000).hex().encode(), "more than 4096"),
+])
+def test_placeholder_and_malformed_tokens_are_refused(token, problem):
+    assert problem in control._token_problem(token)
+
+
+# --- token, key, certificate and CA files -----------------------------------
+
+
+def _tls(tls_files, folder, **files):
+    """serve()'s TCP options, with the fixture's files unless replaced."""
+    options = {
+        "tcp": ("127.0.0.1", 0),
+        "tls_cert": os.path.join(tls_files, "server.pem"),
+        "tls_key": _copy(os.path.join(tls_files, "server.key"),
+                         os.path.join(folder, "server.key"), 0o600),
+        "token_file": _copy(os.path.join(tls_files, "admin.token"),
+                            os.path.join(folder, "admin.token"), 0o600),
+    }
+    options.update(files)
+    return options
+
+
+def test_good_files_are_served(folder, tls_files):
+    sock = os.path.join(folder, "c.sock")
+    ca = _copy(os.path.join(tls_files, "ca.pem"), os.path.join(folder, "ca.pem"), 0o644)
+    ro = _write(os.path.join(folder, "ro.token"), os.urandom(24).hex(), 0o400)
+    with control.serve(sock, client_ca=ca, readonly_token_file=ro,
+                       **_tls(tls_files, folder)) as server:
+        assert server.tcp_port
+    assert not os.path.exists(sock)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o644, 0o620])
+def test_a_token_file_others_can_reach_is_refused(folder, tls_files, mode):
+    sock = os.path.join(folder, "c.sock")
+    token = _write(os.path.join(folder, "t.token"), os.urandom(24).hex(), mode)
+    with pytest.raises(PermissionError, match="open to other users"):
+        control.serve(sock, **_tls(tls_files, folder, token_file=token))
+    assert not os.path.exists(sock)
+
+
+@pytest.mark.parametrize("what", ["token_file", "tls_key", "tls_cert", "client_ca"])
+def test_no_file_is_read_through_a_link(folder, tls_files, what):
+    sock = os.path.join(folder, "c.sock")
+    options = _tls(tls_files, folder)
+    target = options.get(what) or os.path.join(tls_files, "ca.pem")
+    link = os.path.join(folder, "link")
+    os.symlink(target, link)
+    options[what] = link
+    with pytest.raises(PermissionError, match="symbolic link"):
+        control.serve(sock, **options)
+    assert not os.path.exists(sock)
+
+
+def test_a_fifo_a_folder_and_a_huge_file_are_refused_without_blocking(folder, tls_files):
+    sock = os.path.join(folder, "c.sock")
+    fifo = os.path.join(folder, "fifo")
+    os.mkfifo(fifo, 0o600)  # Nobody writes: a blocking open would hang.
+    with pytest.raises(PermissionError, match="not a regular file"):
+        control.serve(sock, **_tls(tls_files, folder, token_file=fifo))
+    sub = os.path.join(folder, "sub")
+    os.mkdir(sub, 0o700)
+    with pytest.raises(PermissionError, match="not a regular file"):
+        control.serve(sock, **_tls(tls_files, folder, tls_key=sub))
+    huge = _write(os.path.join(folder, "huge.pem"), b"x" * (2 << 20), 0o644)
+    with pytest.raises(ValueError, match="larger than"):
+        control.serve(sock, **_tls(tls_files, folder, tls_cert=huge))
+    assert not os.path.exists(sock)
+
+
+def test_a_key_others_can_read_and_a_ca_or_cert_others_can_write_are_refused(
+        folder, tls_files):
+    sock = os.path.join(folder, "c.sock")
+    key = _copy(os.path.join(tls_files, "server.key"), os.path.join(folder, "k.key"), 0o640)
+    with pytest.raises(PermissionError, match="TLS key .* open to other users"):
+        control.serve(sock, **_tls(tls_files, folder, tls_key=key))
+    ca = _copy(os.path.join(tls_files, "ca.pem"), os.path.join(folder, "ca.pem"), 0o666)
+    with pytest.raises(PermissionError, match="client CA .* writable by other users"):
+        control.serve(sock, client_ca=ca, **_tls(tls_files, folder))
+    cert = _copy(os.path.join(tls_files, "server.pem"), os.path.join(folder, "s.pem"), 0o664)
+    with pytest.raises(PermissionError, match="certificate .* writable by other users"):
+        control.serve(sock, **_tls(tls_files, folder, tls_cert=cert))
+    assert not os.path.exists(sock)
+
+
+@needs_root
+def test_files_of_another_user_are_refused(folder, tls_files):
+    nobody = _nobody()
+    sock = os.path.join(folder, "c.sock")
+    token = _write(os.path.join(folder, "t.token"), os.urandom(24).hex(), 0o600)
+    os.chown(token, nobody.pw_uid, nobody.pw_gid)
+    with pytest.raises(PermissionError, match=f"belongs to uid {nobody.pw_uid}"):
+        control.serve(sock, **_tls(tls_files, folder, token_file=token))
+    ca = _copy(os.path.join(tls_files, "ca.pem"), os.path.join(folder, "ca.pem"), 0o644)
+    os.chown(ca, nobody.pw_uid, nobody.pw_gid)
+    with pytest.raises(PermissionError, match=f"client CA .* belongs to uid {nobody.pw_uid}"):
+        control.serve(sock, client_ca=ca, **_tls(tls_files, folder))
+    assert not os.path.exists(sock)
+
+
+# --- socket folders ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770, 0o757])
+def test_a_socket_folder_others_can_write_is_refused(folder, mode):
+    shared = os.path.join(folder, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, mode)
+    with pytest.raises(PermissionError, match="writable by other users"):
+        control.serve(os.path.join(shared, "c.sock"))
+    assert os.listdir(shared) == []
+
+
+def test_a_socket_folder_others_can_only_read_is_served(folder):
+    os.chmod(folder, 0o755)
+    with control.serve(os.path.join(folder, "c.sock")) as server:
+        assert os.path.exists(server.path)
+
+
+@needs_root
+def test_a_socket_folder_of_another_user_is_refused(folder):
+    nobody = _nobody()
+    theirs = os.path.join(folder, "theirs")
+    os.mkdir(theirs, 0o700)
+    os.chown(theirs, nobody.pw_uid, nobody.pw_gid)
+    with pytest.raises(PermissionError, match=f"belongs to uid {nobody.pw_uid}"):
+        control.serve(os.path.join(theirs, "c.sock"))
+    assert os.listdir(theirs) == []
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o755, 0o711])
+def test_a_private_folder_in_the_wrong_state_is_refused_not_repaired(
+        folder, monkeypatch, mode):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", folder)
+    private = os.path.join(folder, "mt_asyncio")
+    os.mkdir(private)
+    os.chmod(private, mode)
+    planted = _write(os.path.join(private, f"{os.getpid()}.sock"), "planted", 0o666)
+    with pytest.raises(PermissionError, match="open to other users"):
+        control.serve()
+    assert stat.S_IMODE(os.lstat(private).st_mode) == mode  # Not narrowed.
+    with open(planted) as f:
+        assert f.read() == "planted"
+
+
+def test_a_private_folder_that_is_a_link_is_refused(folder, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", folder)
+    elsewhere = os.path.join(folder, "elsewhere")
+    os.mkdir(elsewhere, 0o700)
+    os.symlink(elsewhere, os.path.join(folder, "mt_asyncio"))
+    with pytest.raises(PermissionError, match="not a folder"):
+        control.serve()
+    assert os.listdir(elsewhere) == []
+
+
+# --- MT_ASYNCIO_CONTROL -------------------------------------------------------
+
+_SHOW_ENV_SERVER = """
+import json, mt_asyncio, mt_asyncio.control as c
+print(json.dumps(None if c._from_env is None else c._from_env.path))
+"""
+
+
+def _import_with(folder, value):
+    """Imports mt_asyncio in a fresh process with MT_ASYNCIO_CONTROL=value;
+    returns (socket served or None, stderr, what appeared in its cwd)."""
+    xdg = os.path.join(folder, "xdg")
+    cwd = os.path.join(folder, "cwd")
+    for path in (xdg, cwd):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    env = dict(os.environ, MT_ASYNCIO_CONTROL=value, XDG_RUNTIME_DIR=xdg,
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    for key in list(env):
+        if key.startswith("MT_ASYNCIO_CONTROL_"):
+            del env[key]
+    proc = subprocess.run([sys.executable, "-c", _SHOW_ENV_SERVER], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=WAIT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr, os.listdir(cwd)
+
+
+@pytest.mark.parametrize("value", ["1", "true", "TRUE", " yes ", "On"])
+def test_env_on_values_serve_the_default_socket(folder, value):
+    served, err, cwd = _import_with(folder, value)
+    assert served is not None and served.startswith(os.path.join(folder, "xdg", "mt_asyncio"))
+    assert served.endswith(".sock") and err == "" and cwd == []
+
+
+@pytest.mark.parametrize("value", ["", "0", "false", "No", " OFF "])
+def test_env_off_values_serve_nothing_and_say_nothing(folder, value):
+    assert _import_with(folder, value) == (None, "", [])
+
+
+@pytest.mark.parametrize("value", ["ture", "2", "x.sock", "./x.sock", "~/x.sock", "unix:///x"])
+def test_env_other_values_are_refused_not_taken_as_a_name(folder, value):
+    served, err, cwd = _import_with(folder, value)
+    assert served is None and cwd == []
+    assert "control plane not started" in err and "absolute path" in err
+
+
+def test_env_absolute_path_is_served_only_in_a_safe_folder(folder):
+    safe = os.path.join(folder, "safe")
+    os.mkdir(safe, 0o700)
+    served, err, _ = _import_with(folder, os.path.join(safe, "c.sock"))
+    assert served == os.path.join(safe, "c.sock") and err == ""
+    shared = os.path.join(folder, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o777)
+    served, err, _ = _import_with(folder, os.path.join(shared, "c.sock"))
+    assert served is None and "writable by other users" in err
+    assert os.listdir(shared) == []
+
+
+# --- mtctl and a swapped socket ------------------------------------------------
+
+_FOREIGN_SERVER = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+print("ready", flush=True)
+s.settimeout(20)
+got = 0
+try:
+    while True:
+        conn, _ = s.accept()
+        conn.settimeout(2)
+        try:
+            while chunk := conn.recv(65536):
+                got += len(chunk)
+        except OSError:
+            pass
+        conn.close()
+        print(got, flush=True)
+except OSError:
+    pass
+"""
+
+
+@needs_root
+def test_mtctl_sends_nothing_to_a_socket_another_user_serves(folder):
+    # The misconfiguration the check is for: a socket folder another user
+    # can write, where they replaced the service's socket with theirs.
+    nobody = _nobody()
+    shared = os.path.join(folder, "mt_asyncio")
+    os.mkdir(shared)
+    os.chmod(folder, 0o755)
+    os.chmod(shared, 0o777)
+    path = os.path.join(shared, f"{os.getpid()}.sock")
+    fake = subprocess.Popen([sys.executable, "-c", _FOREIGN_SERVER, path], user=nobody.pw_uid,
+                            group=nobody.pw_gid, stdout=subprocess.PIPE, text=True)
+    try:
+        assert fake.stdout.readline().strip() == "ready"
+        env = dict(os.environ, XDG_RUNTIME_DIR=folder)
+        env.pop("MTCTL_TARGET", None)
+        for args in (["--target", "unix://" + path, "shutdown"],
+                     ["--target", str(os.getpid()), "scale", "workers", "1"]):
+            out = subprocess.run([MTCTL, *args], capture_output=True, text=True,
+                                 timeout=WAIT, env=env)
+            assert out.returncode == 1, out
+            assert f"served by uid {nobody.pw_uid}" in out.stderr
+            assert "nothing was sent" in out.stderr
+            assert fake.stdout.readline().strip() == "0"  # Connected, then left unsent.
+        listed = subprocess.run([MTCTL, "list"], capture_output=True, text=True,
+                                timeout=WAIT, env=env)
+        assert listed.returncode == 0, listed
+        assert "foreign" in listed.stdout
+        assert fake.stdout.readline().strip() == "0"
+    finally:
+        fake.kill()
+        fake.wait(timeout=WAIT)
