@@ -23,9 +23,9 @@ other value is refused with a line on stderr. ``MT_ASYNCIO_CONTROL_TCP``
 
 Every file is opened once, without following a link, and checked on the
 open descriptor: tokens and the TLS key must be regular files of this
-user that no other user can read or write (0600 or 0400); the
-certificate and client CA must belong to this user or root and be
-writable by nobody else.
+user that no other user can read or write (0600 or 0400), or root's and
+readable at most by its group (0640, 0440); the certificate and client
+CA must belong to this user or root and be writable by nobody else.
 """
 
 import atexit
@@ -142,12 +142,33 @@ def _remove_stale_socket(path):
     raise FileExistsError(f"another process serves {path}")
 
 
+def _ownership_problem(uid, mode, euid, *, secret):
+    """Why a file of owner `uid` and permission bits `mode` cannot be
+    trusted by a process running as `euid`, or None.
+
+    A secret (token, key) must be this user's and closed to everyone else
+    (0600, 0400), or root's and readable at most by its group (0640,
+    0440): the layout of secrets an administrator or Kubernetes provisions
+    for a service's group, as PostgreSQL accepts its key. A certificate or
+    CA is public but must not be replaceable: this user's or root's, and
+    writable by nobody else.
+    """
+    if uid not in (euid, 0):
+        return f"belongs to uid {uid}, not to this user or root"
+    if secret:
+        closed = 0o077 if uid == euid else 0o037
+        if mode & closed:
+            return (f"is open to other users (mode {mode:04o}); make it 0600, or 0640 "
+                    f"owned by root")
+    elif mode & 0o022:
+        return f"is writable by other users (mode {mode:04o}); make it 0644 or narrower"
+    return None
+
+
 def _read_checked(path, what, *, secret):
     """The contents of `path`, opened once without following a link and
     checked on the open descriptor (so it cannot be swapped between the
-    check and the read). A `secret` (token, key) must be this user's and
-    closed to everyone else; other files (certificate, CA) must be this
-    user's or root's and writable by nobody else."""
+    check and the read), by _ownership_problem()'s rules."""
     path = os.fspath(path)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
     try:
@@ -163,22 +184,9 @@ def _read_checked(path, what, *, secret):
         mode = stat.S_IMODE(st.st_mode)
         if not stat.S_ISREG(st.st_mode):
             raise PermissionError(f"the {what} {path} is not a regular file")
-        if secret:
-            if st.st_uid != os.geteuid():
-                raise PermissionError(
-                    f"the {what} {path} belongs to uid {st.st_uid}, not to this user")
-            if mode & 0o077:
-                raise PermissionError(
-                    f"the {what} {path} is open to other users (mode {mode:04o}); "
-                    f"make it 0600")
-        else:
-            if st.st_uid not in (os.geteuid(), 0):
-                raise PermissionError(
-                    f"the {what} {path} belongs to uid {st.st_uid}, not to this user or root")
-            if mode & 0o022:
-                raise PermissionError(
-                    f"the {what} {path} is writable by other users (mode {mode:04o}); "
-                    f"make it 0644 or narrower")
+        problem = _ownership_problem(st.st_uid, mode, os.geteuid(), secret=secret)
+        if problem is not None:
+            raise PermissionError(f"the {what} {path} {problem}")
         if st.st_size > _MAX_FILE_BYTES:
             raise ValueError(f"the {what} {path} is larger than {_MAX_FILE_BYTES} bytes")
         chunks, size = [], 0
@@ -317,7 +325,8 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
     bearer token: the one in ``token_file`` may call everything, the one in
     ``readonly_token_file`` (optional) only the methods that change
     nothing. Token and key files must be this user's and closed to others
-    (0600); no file may be a symbolic link.
+    (0600), or root's and readable at most by its group (0640); no file
+    may be a symbolic link.
     """
     tcp_options = None
     if tcp is not None:

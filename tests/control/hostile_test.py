@@ -128,6 +128,33 @@ def _tls(tls_files, folder, **files):
     return options
 
 
+@pytest.mark.parametrize("uid, mode, secret, refused", [
+    # Secrets of this user (1000): closed to everyone else.
+    (1000, 0o600, True, None), (1000, 0o400, True, None),
+    (1000, 0o640, True, "open to other users"), (1000, 0o660, True, "open to other users"),
+    (1000, 0o604, True, "open to other users"), (1000, 0o700, True, None),
+    # Secrets root provisions for the service's group (Kubernetes, packages).
+    (0, 0o440, True, None), (0, 0o640, True, None),
+    (0, 0o660, True, "open to other users"), (0, 0o644, True, "open to other users"),
+    (0, 0o650, True, "open to other users"),
+    # Anyone else's file, whatever its mode.
+    (1001, 0o600, True, "belongs to uid 1001"), (1001, 0o644, False, "belongs to uid 1001"),
+    # Certificates and CAs: readable by all, writable by the owner only.
+    (1000, 0o644, False, None), (0, 0o444, False, None),
+    (1000, 0o664, False, "writable by other users"), (0, 0o646, False, "writable by other users"),
+])
+def test_ownership_rules(uid, mode, secret, refused):
+    problem = control._ownership_problem(uid, mode, 1000, secret=secret)
+    if refused is None:
+        assert problem is None
+    else:
+        assert refused in problem
+
+
+def test_as_root_a_secret_must_be_closed_to_the_group_too():
+    assert "open to other users" in control._ownership_problem(0, 0o640, 0, secret=True)
+
+
 def test_good_files_are_served(folder, tls_files):
     sock = os.path.join(folder, "c.sock")
     ca = _copy(os.path.join(tls_files, "ca.pem"), os.path.join(folder, "ca.pem"), 0o644)
