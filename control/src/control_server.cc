@@ -5,7 +5,11 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include <chrono>
+#include <set>
+#include <string>
 #include <utility>
+
+#include <google/protobuf/descriptor.h>
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.pb.h"
@@ -27,6 +31,18 @@ absl::Status CheckTcpOptions(const TcpOptions& tcp) {
   return absl::OkStatus();
 }
 
+// "/mt.control.v1.RuntimeControl/GetInfo" and the like: the methods whose
+// handlers authorize every call themselves.
+std::set<std::string, std::less<>> ServiceMethodPaths() {
+  std::set<std::string, std::less<>> paths;
+  const google::protobuf::ServiceDescriptor* service =
+      v1::GetInfoRequest::descriptor()->file()->FindServiceByName("RuntimeControl");
+  for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+    paths.insert(absl::StrCat("/", service->full_name(), "/", service->method(i)->name()));
+  }
+  return paths;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdminAbi* abi,
@@ -35,13 +51,15 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
     if (absl::Status s = CheckTcpOptions(*options.tcp); !s.ok()) return s;
   }
   std::unique_ptr<ControlServer> self(new ControlServer());
+  auto refusals = std::make_shared<RefusalLog>();
   absl::StatusOr<std::unique_ptr<PeerCredListener>> listener =
-      PeerCredListener::Listen(options.socket_path);
+      PeerCredListener::Listen(options.socket_path, refusals);
   if (!listener.ok()) return listener.status();
   self->listener_ = *std::move(listener);
   if (options.tcp) {
     self->tokens_ = std::make_unique<BearerTokens>(std::move(options.tcp->tokens));
-    self->processor_ = std::make_shared<BearerTokenProcessor>(self->tokens_.get());
+    self->processor_ = std::make_shared<BearerTokenProcessor>(self->tokens_.get(), refusals,
+                                                              ServiceMethodPaths());
   }
 
   ServiceHooks hooks;
@@ -56,6 +74,12 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
     return IsTlsCall(c) ? DescribeTlsCaller(c, CallerRole(c, tokens)) : l->Identify(c);
   };
   hooks.refused_connections = [l] { return l->refused(); };
+  hooks.refusals = refusals;
+  hooks.why_no_role = [tokens](const grpc::ServerContext& c) {
+    const char* why = nullptr;
+    if (IsTlsCall(c) && tokens != nullptr) tokens->RoleOfCall(c.client_metadata(), &why);
+    return std::string(why != nullptr ? why : "no valid credentials");
+  };
   BearerTokenProcessor* processor = self->processor_.get();
   hooks.unauthenticated_calls = [processor] {
     return processor != nullptr ? processor->rejected() : 0;

@@ -4,6 +4,8 @@
 #include "control/src/control_server.h"
 
 #include <arpa/inet.h>
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -12,7 +14,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -235,6 +239,66 @@ TEST_F(TlsServerTest, MutualTlsNeedsACertificateFromTheClientCa) {
   auto with = v1::RuntimeControl::NewStub(TlsChannel(true));
   EXPECT_EQ(GetInfo(*with, admin), grpc::StatusCode::OK);
   EXPECT_EQ(GetInfo(*with, ""), grpc::StatusCode::UNAUTHENTICATED);  // Still a token.
+}
+
+// Every method of the service refuses a call without a valid token, and
+// every refusal is counted under the peer that made it: the address for
+// the service's methods, the certificate's subject for health (whose
+// token check runs where gRPC gives no address).
+TEST_F(TlsServerTest, EveryRefusalIsCountedUnderItsPeer) {
+  ASSERT_TRUE(Start(Tcp(/*mutual=*/true)).ok());
+  auto channel = TlsChannel(true);
+  grpc::GenericStub generic(channel);
+  const google::protobuf::ServiceDescriptor* service =
+      v1::GetInfoRequest::descriptor()->file()->FindServiceByName("RuntimeControl");
+  ASSERT_NE(service, nullptr);
+  for (int i = 0; i < service->method_count(); ++i) {
+    const std::string path = "/" + service->full_name() + "/" + service->method(i)->name();
+    grpc::ByteBuffer empty, reply;
+    grpc::Slice nothing("", 0);
+    empty = grpc::ByteBuffer(&nothing, 1);
+    auto context = Context(i % 2 == 0 ? "" : "Bearer wrong-token-0123456789abcdef");
+    grpc::Status status;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    generic.UnaryCall(context.get(), path, grpc::StubOptions(), &empty, &reply,
+                      [&](grpc::Status s) {
+                        std::lock_guard<std::mutex> lock(mu);
+                        status = s;
+                        done = true;
+                        cv.notify_all();
+                      });
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; })) << path;
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << path;
+    EXPECT_EQ(status.error_message(), i % 2 == 0
+                                          ? "no bearer token (metadata 'authorization: Bearer <token>')"
+                                          : "wrong bearer token")
+        << path;
+  }
+  auto stub = v1::RuntimeControl::NewStub(channel);
+  EXPECT_EQ(Drain(*stub, std::string("Bearer ") + kReadOnlyToken),
+            grpc::StatusCode::PERMISSION_DENIED);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckResponse checked;
+  EXPECT_EQ(health->Check(Context("").get(), {}, &checked).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  v1::GetInfoResponse info;
+  ASSERT_EQ(GetInfo(*stub, std::string("Bearer ") + kAdminToken, &info), grpc::StatusCode::OK);
+  EXPECT_EQ(info.control().rejected_calls(), static_cast<uint64_t>(service->method_count()) + 2);
+  ASSERT_EQ(info.control().refusals_size(), 2);
+  const v1::PeerRefusals& by_address = info.control().refusals(0);
+  EXPECT_EQ(by_address.peer(), "ipv4:127.0.0.1");
+  EXPECT_EQ(by_address.client_subject(), "CN=ops");
+  EXPECT_EQ(by_address.unauthenticated_calls(), static_cast<uint64_t>(service->method_count()));
+  EXPECT_EQ(by_address.permission_denied_calls(), 1u);
+  EXPECT_EQ(by_address.last_reason(), "read-only token");
+  EXPECT_LT(by_address.last_seconds_ago(), 30);
+  const v1::PeerRefusals& by_subject = info.control().refusals(1);
+  EXPECT_EQ(by_subject.peer(), "tls subject=CN=ops");
+  EXPECT_EQ(by_subject.unauthenticated_calls(), 1u);
 }
 
 TEST_F(TlsServerTest, RefusesTcpWithoutTlsOrTokens) {

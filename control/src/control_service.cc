@@ -54,15 +54,31 @@ void ControlService::Audit(const grpc::ServerContext& context, const std::string
   }
 }
 
+void ControlService::Refuse(const grpc::ServerContext& context, RefusalKind kind,
+                            const char* method, const char* code, const std::string& why) const {
+  const std::string what = std::string(method) + " -> " + code + " (" + why + ")";
+  if (hooks_.refusals == nullptr) {
+    Audit(context, what);
+    return;
+  }
+  const std::string who = hooks_.identify ? hooks_.identify(context) : context.peer();
+  std::string subject;
+  if (const auto auth = context.auth_context(); auth != nullptr) subject = ClientSubject(*auth);
+  hooks_.refusals->Record(kind, PeerAddress(context.peer()), subject, why, who + ": " + what);
+}
+
 grpc::Status ControlService::Authorize(const grpc::ServerContext& context, bool mutating,
                                        const char* method) {
   const Role role = hooks_.role ? hooks_.role(context) : Role::kAdmin;
   if (role == Role::kAdmin || (role == Role::kReadOnly && !mutating)) return grpc::Status::OK;
   denied_.fetch_add(1, std::memory_order_relaxed);
   if (role == Role::kNone) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no valid credentials");
+    const std::string why =
+        hooks_.why_no_role ? hooks_.why_no_role(context) : std::string("no valid credentials");
+    Refuse(context, RefusalKind::kUnauthenticated, method, "UNAUTHENTICATED", why);
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, why);
   }
-  Audit(context, std::string(method) + " -> PERMISSION_DENIED (read-only token)");
+  Refuse(context, RefusalKind::kPermissionDenied, method, "PERMISSION_DENIED", "read-only token");
   return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                       std::string(method) +
                           " changes the process; the read-only token cannot call it");
@@ -86,6 +102,20 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::Get
   control->set_rejected_calls(
       denied_.load(std::memory_order_relaxed) +
       (hooks_.unauthenticated_calls ? hooks_.unauthenticated_calls() : 0));
+  if (hooks_.refusals != nullptr) {
+    const auto now = RefusalLog::Clock::now();
+    for (const PeerRefusals& p : hooks_.refusals->Snapshot()) {
+      v1::PeerRefusals* out = control->add_refusals();
+      out->set_peer(p.peer);
+      out->set_client_subject(p.client_subject);
+      out->set_refused_connections(p.connections);
+      out->set_unauthenticated_calls(p.unauthenticated);
+      out->set_permission_denied_calls(p.permission_denied);
+      out->set_last_reason(p.last_reason);
+      out->set_last_seconds_ago(std::chrono::duration<double>(now - p.last).count());
+    }
+    control->set_unlogged_refusals(hooks_.refusals->suppressed_lines());
+  }
   return GetRuntime(response->mutable_runtime());
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "control/src/admin_client.h"
@@ -33,6 +34,11 @@ struct ServiceHooks {
   std::function<Role(const grpc::ServerContext&)> role;
   // Calls turned away before reaching the service (bad or missing token).
   std::function<std::uint64_t()> unauthenticated_calls;
+  // Where refusals are counted by peer and logged at a bounded rate
+  // (default: none; each refusal is an audit line).
+  std::shared_ptr<RefusalLog> refusals;
+  // Why a call has no role: UNAUTHENTICATED's message.
+  std::function<std::string(const grpc::ServerContext&)> why_no_role;
 };
 
 // mt.control.v1.RuntimeControl over the admin boundary. Handlers run on
@@ -75,6 +81,9 @@ class ControlService final : public v1::RuntimeControl::Service {
   void Audit(const grpc::ServerContext& context, const std::string& what) const;
   // OK when the caller may make this call: any role may read, only admins
   // may change anything (`method` names the call in the denial).
+  // Counts and logs a refused call (`code`: its status name).
+  void Refuse(const grpc::ServerContext& context, RefusalKind kind, const char* method,
+              const char* code, const std::string& why) const;
   grpc::Status Authorize(const grpc::ServerContext& context, bool mutating,
                          const char* method);
   // The core's GetRuntime document as the message.

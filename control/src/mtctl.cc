@@ -378,6 +378,23 @@ void PrintInfo(const v1::GetInfoResponse& info) {
   absl::PrintF("control      %s, %d watchers, %d connections refused, %d calls rejected\n",
                info.control().draining() ? "draining" : "serving", info.control().watchers(),
                info.control().refused_connections(), info.control().rejected_calls());
+  // The peers refused most, one line each (-o json has them all).
+  const auto& refusals = info.control().refusals();
+  for (int i = 0; i < refusals.size() && i < 5; ++i) {
+    const v1::PeerRefusals& p = refusals[i];
+    std::string what;
+    if (p.refused_connections() > 0) what += absl::StrFormat(", %d connections", p.refused_connections());
+    if (p.unauthenticated_calls() > 0) {
+      what += absl::StrFormat(", %d unauthenticated", p.unauthenticated_calls());
+    }
+    if (p.permission_denied_calls() > 0) {
+      what += absl::StrFormat(", %d denied", p.permission_denied_calls());
+    }
+    absl::PrintF("refused      %s%s%s; last %s ago: %s\n", Escape(p.peer()),
+                 p.client_subject().empty() ? "" : " (" + Escape(p.client_subject()) + ")", what,
+                 Duration(p.last_seconds_ago()), Escape(p.last_reason()));
+  }
+  if (refusals.size() > 5) absl::PrintF("refused      and %d more peers\n", refusals.size() - 5);
 }
 
 void PrintWorkers(const v1::ListWorkersResponse& r, bool wide) {

@@ -24,7 +24,8 @@ absl::Status Errno(const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PeerCredListener>> PeerCredListener::Listen(
-    const std::string& path) {
+    const std::string& path, std::shared_ptr<RefusalLog> refusals) {
+  if (refusals == nullptr) refusals = std::make_shared<RefusalLog>();
   sockaddr_un addr{};
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -61,11 +62,13 @@ absl::StatusOr<std::unique_ptr<PeerCredListener>> PeerCredListener::Listen(
     unlink(path.c_str());
     return s;
   }
-  return std::unique_ptr<PeerCredListener>(new PeerCredListener(fd, wake, path));
+  return std::unique_ptr<PeerCredListener>(
+      new PeerCredListener(fd, wake, path, std::move(refusals)));
 }
 
-PeerCredListener::PeerCredListener(int fd, int wake_fd, std::string path)
-    : fd_(fd), wake_fd_(wake_fd), path_(std::move(path)) {}
+PeerCredListener::PeerCredListener(int fd, int wake_fd, std::string path,
+                                   std::shared_ptr<RefusalLog> refusals)
+    : fd_(fd), wake_fd_(wake_fd), path_(std::move(path)), refusals_(std::move(refusals)) {}
 
 PeerCredListener::~PeerCredListener() {
   Stop();
@@ -110,13 +113,18 @@ void PeerCredListener::AcceptLoop(grpc::Server* server) {
     }
     ucred cred{};
     socklen_t len = sizeof(cred);
-    if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-        (cred.uid != own_uid && cred.uid != 0)) {
+    const bool known = getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
+    const int cred_errno = known ? 0 : errno;
+    if (!known || (cred.uid != own_uid && cred.uid != 0)) {
       refused_.fetch_add(1, std::memory_order_relaxed);
-      std::fprintf(stderr,
-                   "mt_asyncio control: refused a connection from uid=%u pid=%d "
-                   "(only uid %u and root may connect)\n",
-                   cred.uid, cred.pid, own_uid);
+      const std::string peer = known ? absl::StrCat("uid=", cred.uid) : "uid=unknown";
+      const std::string reason =
+          known ? absl::StrCat("uid ", cred.uid, " may not connect (only uid ", own_uid,
+                               " and root)")
+                : absl::StrCat("SO_PEERCRED: ", std::strerror(cred_errno));
+      refusals_->Record(RefusalKind::kConnection, peer, "", reason,
+                        absl::StrCat("refused a connection from ", peer, " pid=", cred.pid,
+                                     " on the socket: ", reason));
       close(conn);
       continue;
     }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "control/src/refusal_log.h"
 
 namespace mt::control {
 
@@ -23,8 +24,10 @@ namespace mt::control {
 class PeerCredListener {
  public:
   // Binds and listens on `path` (which must not exist) with mode 0600,
-  // without touching the process's umask.
-  static absl::StatusOr<std::unique_ptr<PeerCredListener>> Listen(const std::string& path);
+  // without touching the process's umask. Refused peers are recorded in
+  // `refusals` (default: a log of its own, on stderr).
+  static absl::StatusOr<std::unique_ptr<PeerCredListener>> Listen(
+      const std::string& path, std::shared_ptr<RefusalLog> refusals = nullptr);
   ~PeerCredListener();
   PeerCredListener(const PeerCredListener&) = delete;
   PeerCredListener& operator=(const PeerCredListener&) = delete;
@@ -40,12 +43,13 @@ class PeerCredListener {
   std::string Identify(const grpc::ServerContext& context) const;
 
  private:
-  PeerCredListener(int fd, int wake_fd, std::string path);
+  PeerCredListener(int fd, int wake_fd, std::string path, std::shared_ptr<RefusalLog> refusals);
   void AcceptLoop(grpc::Server* server);
 
   const int fd_;
   const int wake_fd_;  // An eventfd that ends AcceptLoop.
   const std::string path_;
+  const std::shared_ptr<RefusalLog> refusals_;
   std::thread thread_;
   std::atomic<std::uint64_t> refused_{0};
   mutable std::mutex mu_;

@@ -2,9 +2,10 @@
 
 #include <grpc/grpc_security_constants.h>
 
-#include <cstdio>
-
 #include <cctype>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace mt::control {
 namespace {
@@ -26,14 +27,10 @@ std::string_view BearerToken(std::string_view authorization) {
 
 std::string_view View(const grpc::string_ref& s) { return {s.data(), s.size()}; }
 
-// " cn=<name>" for each common name of the client's certificate (mutual
-// TLS), or "".
-std::string CommonNames(const grpc::AuthContext& context) {
-  std::string out;
-  for (const grpc::string_ref& cn : context.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)) {
-    out += " cn=" + std::string(View(cn));
-  }
-  return out;
+// The first value of property `name`, or "".
+std::string Property(const grpc::AuthContext& context, const char* name) {
+  const std::vector<grpc::string_ref> values = context.FindPropertyValues(name);
+  return values.empty() ? std::string() : std::string(View(values.front()));
 }
 
 }  // namespace
@@ -72,39 +69,45 @@ Role BearerTokens::RoleOf(std::string_view authorization) const {
   return Role::kNone;
 }
 
+Role BearerTokens::RoleOfCall(const Metadata& metadata, const char** why) const {
+  const char* problem = nullptr;
+  Role role = Role::kNone;
+  const auto range = metadata.equal_range("authorization");
+  if (range.first == range.second) {
+    problem = "no bearer token (metadata 'authorization: Bearer <token>')";
+  } else if (std::next(range.first) != range.second) {
+    problem = "more than one authorization header";
+  } else {
+    role = RoleOf(View(range.first->second));
+    if (role == Role::kNone) problem = "wrong bearer token";
+  }
+  if (why != nullptr) *why = problem;
+  return role;
+}
+
+std::string ClientSubject(const grpc::AuthContext& context) {
+  return Property(context, GRPC_X509_SUBJECT_PROPERTY_NAME);
+}
+
 grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
                                            grpc::AuthContext* context, OutputMetadata*,
                                            OutputMetadata*) {
-  const auto range = auth_metadata.equal_range("authorization");
   const char* why = nullptr;
-  if (range.first == range.second) {
-    why = "no bearer token (metadata 'authorization: Bearer <token>')";
-  } else if (std::next(range.first) != range.second) {
-    why = "more than one authorization header";
-  } else if (tokens_->RoleOf(View(range.first->second)) == Role::kNone) {
-    why = "wrong bearer token";
+  if (tokens_->RoleOfCall(auth_metadata, &why) != Role::kNone) return grpc::Status::OK;
+  const auto path = auth_metadata.find(":path");
+  const std::string_view method = path == auth_metadata.end() ? "" : View(path->second);
+  if (!method.empty() && handler_checked_.count(method) > 0) {
+    return grpc::Status::OK;  // Its handler refuses it, naming the address.
   }
-  if (why == nullptr) return grpc::Status::OK;
   rejected_.fetch_add(1, std::memory_order_relaxed);
-  LogRejection(*context, why);
+  const std::string subject = ClientSubject(*context);
+  const std::string peer = subject.empty() ? std::string("tls (no client certificate)")
+                                           : "tls subject=" + subject;
+  refusals_->Record(
+      RefusalKind::kUnauthenticated, peer, subject, why,
+      absl::StrCat("refused ", peer, " (gRPC's auth hook does not see the address): ",
+                   std::string(method), " -> UNAUTHENTICATED (", why, ")"));
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, why);
-}
-
-void BearerTokenProcessor::LogRejection(const grpc::AuthContext& context, const char* why) {
-  const auto now = std::chrono::steady_clock::now();
-  std::uint64_t count;
-  {
-    std::lock_guard<std::mutex> lock(log_mu_);
-    ++unlogged_;
-    if (now - last_log_ < std::chrono::seconds(1)) return;
-    last_log_ = now;
-    count = unlogged_;
-    unlogged_ = 0;
-  }
-  const std::string who = CommonNames(context);
-  std::fprintf(stderr,
-               "mt_asyncio control: UNAUTHENTICATED over TLS%s: %s (%llu since the last line)\n",
-               who.c_str(), why, static_cast<unsigned long long>(count));
 }
 
 bool IsTlsCall(const grpc::ServerContext& context) {
@@ -119,13 +122,7 @@ bool IsTlsCall(const grpc::ServerContext& context) {
 
 Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens) {
   if (IsTlsCall(context)) {
-    if (tokens == nullptr) return Role::kNone;
-    const auto& metadata = context.client_metadata();
-    const auto range = metadata.equal_range("authorization");
-    if (range.first == range.second || std::next(range.first) != range.second) {
-      return Role::kNone;
-    }
-    return tokens->RoleOf(View(range.first->second));
+    return tokens == nullptr ? Role::kNone : tokens->RoleOfCall(context.client_metadata());
   }
   // The listener names the channels it hands over "fd:N"; nothing else
   // reaches this server without TLS.
@@ -134,7 +131,11 @@ Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens) 
 
 std::string DescribeTlsCaller(const grpc::ServerContext& context, Role role) {
   std::string out = "tls role=" + std::string(RoleName(role));
-  if (const auto auth = context.auth_context(); auth != nullptr) out += CommonNames(*auth);
+  if (const auto auth = context.auth_context(); auth != nullptr) {
+    if (const std::string subject = ClientSubject(*auth); !subject.empty()) {
+      out += " subject=" + subject;
+    }
+  }
   out += " peer=" + context.peer();
   return out;
 }

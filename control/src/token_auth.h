@@ -5,11 +5,14 @@
 #include <grpcpp/security/auth_metadata_processor.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <mutex>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <string_view>
+
+#include "control/src/refusal_log.h"
 
 namespace mt::control {
 
@@ -32,11 +35,24 @@ struct BearerTokens {
   // The role `authorization` metadata ("Bearer <token>") grants: kNone for
   // a missing, malformed or wrong token.
   Role RoleOf(std::string_view authorization) const;
+
+  // The role a call's metadata grants; for kNone, `why` (when given) says
+  // what was wrong, in words fit for the caller.
+  using Metadata = std::multimap<grpc::string_ref, grpc::string_ref>;
+  Role RoleOfCall(const Metadata& metadata, const char** why = nullptr) const;
 };
 
 // Checks "authorization: Bearer <token>" on every call that arrives over
 // the TLS listener, before any handler runs: a missing or wrong token ends
 // the call with UNAUTHENTICATED.
+//
+// Except on `handler_checked` methods (the paths of mt.control.v1, whose
+// handlers all authorize first): those calls are let through to be
+// refused by the handler, because only there does gRPC 1.51 say which
+// address the call came from (the processor sees the certificate and the
+// metadata, not the connection), and every refusal must name its peer.
+// Health and reflection stay refused here, named by the client
+// certificate's subject.
 //
 // It only admits; it records nothing on the auth context, which gRPC
 // shares among all the calls of a connection: a role stored there by one
@@ -44,7 +60,9 @@ struct BearerTokens {
 // (CallerRole).
 class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
-  explicit BearerTokenProcessor(const BearerTokens* tokens) : tokens_(tokens) {}
+  BearerTokenProcessor(const BearerTokens* tokens, std::shared_ptr<RefusalLog> refusals,
+                       std::set<std::string, std::less<>> handler_checked = {})
+      : tokens_(tokens), refusals_(std::move(refusals)), handler_checked_(std::move(handler_checked)) {}
 
   // Cheap and non-blocking: gRPC may run it inline.
   bool IsBlocking() const override { return false; }
@@ -52,18 +70,19 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
                        OutputMetadata* consumed_auth_metadata,
                        OutputMetadata* response_metadata) override;
 
+  // Calls refused here (not those let through to their handler).
   std::uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
 
  private:
-  // One stderr line per second at most, with the count since the last.
-  void LogRejection(const grpc::AuthContext& context, const char* why);
-
   const BearerTokens* const tokens_;
+  const std::shared_ptr<RefusalLog> refusals_;
+  const std::set<std::string, std::less<>> handler_checked_;
   std::atomic<std::uint64_t> rejected_{0};
-  std::mutex log_mu_;
-  std::chrono::steady_clock::time_point last_log_{};  // Guarded by log_mu_.
-  std::uint64_t unlogged_ = 0;                         // Guarded by log_mu_.
 };
+
+// The subject of the client certificate (mutual TLS), e.g. "CN=ops,O=acme",
+// or "".
+std::string ClientSubject(const grpc::AuthContext& context);
 
 // Whether a call came over TLS (the TCP listener).
 bool IsTlsCall(const grpc::ServerContext& context);
@@ -73,8 +92,8 @@ bool IsTlsCall(const grpc::ServerContext& context);
 // the listener checked, kAdmin; anything else kNone.
 Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens);
 
-// "tls role=admin cn=ops peer=ipv4:10.0.0.2:51234" for a TLS caller (cn
-// with mutual TLS only).
+// "tls role=admin subject=CN=ops peer=ipv4:10.0.0.2:51234" for a TLS
+// caller (the subject with mutual TLS only).
 std::string DescribeTlsCaller(const grpc::ServerContext& context, Role role);
 
 }  // namespace mt::control
