@@ -12,12 +12,14 @@ import base64
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -27,7 +29,7 @@ import mt_asyncio.control as control
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # The helpers beside it.
 import certs  # noqa: E402
-from harness import MTCTL  # noqa: E402
+from harness import MTCTL, Service  # noqa: E402
 
 WAIT = 30
 AS_ROOT = os.geteuid() == 0
@@ -404,3 +406,174 @@ def test_mtctl_sends_nothing_to_a_socket_another_user_serves(folder):
     finally:
         fake.kill()
         fake.wait(timeout=WAIT)
+
+
+# --- audit: every refusal names its peer ---------------------------------------
+
+
+@pytest.fixture
+def tls_service(tls_files):
+    svc = Service(env={
+        "MT_ASYNCIO_CONTROL_TCP": "127.0.0.1:0",
+        "MT_ASYNCIO_CONTROL_TLS_CERT": os.path.join(tls_files, "server.pem"),
+        "MT_ASYNCIO_CONTROL_TLS_KEY": os.path.join(tls_files, "server.key"),
+        "MT_ASYNCIO_CONTROL_TOKEN_FILE": os.path.join(tls_files, "admin.token"),
+        "MT_ASYNCIO_CONTROL_READONLY_TOKEN_FILE": os.path.join(tls_files, "readonly.token"),
+    })
+    try:
+        assert svc.control_tcp_port, "the TCP listener did not start: " + "".join(svc.stderr)
+        yield svc
+    finally:
+        svc.close()
+
+
+def _over_tls(svc, tls_files, token_file, *args):
+    return svc.mtctl("--target", f"127.0.0.1:{svc.control_tcp_port}",
+                     "--tls-ca", os.path.join(tls_files, "ca.pem"),
+                     "--token-file", token_file, *args, target=False, check=False)
+
+
+def _stderr_lines(svc, pattern, count, timeout=10):
+    """The service's stderr lines matching `pattern`, once there are `count`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [line for line in svc.stderr if re.search(pattern, line)]
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+def test_refusals_name_their_peer_and_are_counted_per_peer(tls_service, tls_files, folder):
+    svc = tls_service
+    wrong = _write(os.path.join(folder, "wrong.token"), os.urandom(24).hex(), 0o600)
+    out = _over_tls(svc, tls_files, wrong, "info")
+    assert out.returncode == 1 and "UNAUTHENTICATED" in out.stderr
+    out = _over_tls(svc, tls_files, os.path.join(tls_files, "readonly.token"),
+                    "scale", "workers", "3")
+    assert out.returncode == 1 and "PERMISSION_DENIED" in out.stderr
+    [unauthenticated] = _stderr_lines(svc, r"GetInfo -> UNAUTHENTICATED", 1)
+    assert re.search(r"tls role=none peer=ipv4:127\.0\.0\.1:\d+: GetInfo -> "
+                     r"UNAUTHENTICATED \(wrong bearer token\)", unauthenticated)
+    [denied] = _stderr_lines(svc, r"ResizeWorkers -> PERMISSION_DENIED", 1)
+    assert re.search(r"tls role=read-only peer=ipv4:127\.0\.0\.1:\d+: ResizeWorkers", denied)
+    info = svc.json("info")["control"]
+    [peer] = [p for p in info["refusals"] if p["peer"] == "ipv4:127.0.0.1"]
+    assert peer["unauthenticated_calls"] == "1" and peer["permission_denied_calls"] == "1"
+    assert peer["last_reason"] == "read-only token"
+    table = svc.mtctl("info").stdout
+    assert re.search(r"refused +ipv4:127\.0\.0\.1, 1 unauthenticated, 1 denied", table), table
+
+
+def _grpc_calls_over_tls(port, ca, path, count, authorization=None):
+    """`count` calls of `path` with an empty request on one TLS connection
+    (raw HTTP/2, 8 streams at a time); returns their grpc-status values."""
+    import ssl
+
+    import h2.config
+    import h2.connection
+    import h2.events
+    context = ssl.create_default_context(cafile=ca)
+    # The test CA (openssl req -x509) has no key-usage extension, which
+    # Python's strict default refuses; gRPC's clients accept it.
+    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    context.set_alpn_protocols(["h2"])
+    raw = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+    sock = context.wrap_socket(raw, server_hostname="localhost")
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    sock.sendall(conn.data_to_send())
+    headers = [(":method", "POST"), (":scheme", "https"), (":path", path),
+               (":authority", "localhost"), ("content-type", "application/grpc"),
+               ("te", "trailers")]
+    if authorization:
+        headers.append(("authorization", authorization))
+    statuses = []
+    try:
+        while len(statuses) < count:
+            batch = {}
+            for _ in range(min(8, count - len(statuses))):
+                stream = conn.get_next_available_stream_id()
+                conn.send_headers(stream, headers)
+                conn.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)
+                batch[stream] = None
+            sock.sendall(conn.data_to_send())
+            while any(v is None for v in batch.values()):
+                data = sock.recv(65536)
+                assert data, "the server closed the connection"
+                for event in conn.receive_data(data):
+                    if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                        found = dict((k.decode() if isinstance(k, bytes) else k,
+                                      v.decode() if isinstance(v, bytes) else v)
+                                     for k, v in event.headers)
+                        if "grpc-status" in found and event.stream_id in batch:
+                            batch[event.stream_id] = int(found["grpc-status"])
+                    elif isinstance(event, h2.events.StreamReset) and event.stream_id in batch:
+                        batch[event.stream_id] = -1
+                pending = conn.data_to_send()
+                if pending:
+                    sock.sendall(pending)
+            statuses.extend(batch.values())
+    finally:
+        sock.close()
+    return statuses
+
+
+UNAUTHENTICATED = 16
+
+
+def test_a_refusal_flood_is_logged_at_a_bounded_rate_with_exact_counts(tls_service, tls_files):
+    svc = tls_service
+    ca = os.path.join(tls_files, "ca.pem")
+    calls = 400
+    statuses = _grpc_calls_over_tls(svc.control_tcp_port, ca, "/grpc.health.v1.Health/Check",
+                                    calls)
+    assert statuses == [UNAUTHENTICATED] * calls
+    statuses = _grpc_calls_over_tls(svc.control_tcp_port, ca,
+                                    "/mt.control.v1.RuntimeControl/GetInfo", calls,
+                                    authorization="Bearer " + "0123456789abcdef" * 2)
+    assert statuses == [UNAUTHENTICATED] * calls
+    time.sleep(1.5)  # Let the rate limit refill: the next line reports the gap.
+    assert _grpc_calls_over_tls(svc.control_tcp_port, ca, "/grpc.health.v1.Health/Check",
+                                1) == [UNAUTHENTICATED]
+    deadline = time.monotonic() + 10  # The service's stderr comes through a pipe.
+    while True:
+        lines = [line for line in svc.stderr if "-> UNAUTHENTICATED" in line]
+        left_out = sum(int(m.group(1)) for line in lines
+                       for m in [re.search(r"\((\d+) earlier refusals not logged", line)] if m)
+        if len(lines) + left_out >= 2 * calls + 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    # Every refusal is either a line or counted in the next line's gap.
+    assert len(lines) + left_out == 2 * calls + 1, (len(lines), left_out)
+    assert len(lines) < 200, "not rate limited"
+    health = [line for line in lines if "Health/Check" in line]
+    assert health and all("refused tls (no client certificate)" in line for line in health)
+    get_info = [line for line in lines if "GetInfo" in line]
+    assert get_info and all(re.search(r"peer=ipv4:127\.0\.0\.1:\d+: GetInfo", line)
+                            for line in get_info)
+    info = svc.json("info")["control"]
+    peers = {p["peer"]: p for p in info["refusals"]}
+    assert peers["tls (no client certificate)"]["unauthenticated_calls"] == str(calls + 1)
+    assert peers["ipv4:127.0.0.1"]["unauthenticated_calls"] == str(calls)
+    assert peers["ipv4:127.0.0.1"]["last_reason"] == "wrong bearer token"
+    assert info["unlogged_refusals"] == str(left_out)
+
+
+@needs_root
+def test_a_connection_from_another_uid_is_logged_with_its_uid_and_pid(tls_service):
+    svc = tls_service
+    nobody = _nobody()
+    # The private folder is the first gate; open it to reach the second.
+    os.chmod(svc.runtime_dir, 0o755)
+    os.chmod(os.path.dirname(svc.socket), 0o755)
+    os.chmod(svc.socket, 0o666)
+    probe = ("import socket, sys, os; s = socket.socket(socket.AF_UNIX); s.settimeout(10); "
+             "s.connect(sys.argv[1]); print(os.getpid(), flush=True); s.recv(1)")
+    proc = subprocess.run([sys.executable, "-c", probe, svc.socket], user=nobody.pw_uid,
+                          group=nobody.pw_gid, capture_output=True, text=True, timeout=WAIT)
+    pid = proc.stdout.strip()
+    [line] = _stderr_lines(svc, r"refused a connection from uid=", 1)
+    assert f"uid={nobody.pw_uid} pid={pid} on the socket" in line, line
+    info = svc.json("info")["control"]
+    [peer] = [p for p in info["refusals"] if p["peer"] == f"uid={nobody.pw_uid}"]
+    assert peer["refused_connections"] == "1"
