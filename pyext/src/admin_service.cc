@@ -199,20 +199,41 @@ absl::StatusCode CodeForPythonError(PyObject* exc) {
   return absl::StatusCode::kInternal;
 }
 
+// A control-plane thread's thread state: made at its first call into
+// Python and kept for the thread's life (making and deleting one per call,
+// as PyGILState_Ensure does on a foreign thread, cost a step-heavy
+// workload several percent with a Watch at 10 Hz), then deleted when the
+// thread exits. gRPC's sync server starts and retires threads as calls
+// come and go; a state left behind by each one kept its memory (on a
+// free-threaded build its own allocator heaps), and RSS grew by megabytes
+// with every thread gRPC ever started.
+struct ControlThreadState {
+  PyThreadState* ts = nullptr;
+  ~ControlThreadState() {
+    // The control plane is closed, and its threads joined, before the
+    // interpreter finalizes; during or after finalization the state is
+    // the interpreter's to reclaim.
+    if (ts == nullptr || !Py_IsInitialized() || Py_IsFinalizing()) return;
+    PyEval_RestoreThread(ts);
+    PyThreadState_Clear(ts);
+    PyThreadState_DeleteCurrent();
+    ts = nullptr;
+  }
+};
+thread_local ControlThreadState control_thread_state;
+
 Answer CallPython(std::string_view method, std::string_view request) {
   if (!Py_IsInitialized() || Py_IsFinalizing()) {
     return Fail(absl::UnavailableError("the interpreter is shutting down"));
   }
-  // A control-plane thread attaches with a thread state of its own, made
-  // once and kept: making and deleting one per call (PyGILState_Ensure on
-  // a foreign thread) cost a step-heavy workload several percent with a
-  // Watch at 10 Hz. A thread that is already attached (a Python caller of
-  // _admin_call) keeps its own.
-  thread_local PyThreadState* control_tstate = nullptr;
+  // A control-plane thread attaches with a thread state of its own (see
+  // ControlThreadState). A thread that is already attached (a Python
+  // caller of _admin_call) keeps its own.
   const bool attached = PyGILState_Check();
   if (!attached) {
-    if (control_tstate == nullptr) control_tstate = PyThreadState_New(PyInterpreterState_Main());
-    PyEval_RestoreThread(control_tstate);
+    PyThreadState*& ts = control_thread_state.ts;
+    if (ts == nullptr) ts = PyThreadState_New(PyInterpreterState_Main());
+    PyEval_RestoreThread(ts);
   }
   PyObject* fn;
   {
