@@ -79,11 +79,11 @@ class ControlService final : public v1::RuntimeControl::Service {
 
  private:
   void Audit(const grpc::ServerContext& context, const std::string& what) const;
-  // OK when the caller may make this call: any role may read, only admins
-  // may change anything (`method` names the call in the denial).
   // Counts and logs a refused call (`code`: its status name).
   void Refuse(const grpc::ServerContext& context, RefusalKind kind, const char* method,
               const char* code, const std::string& why) const;
+  // OK when the caller may make this call: any role may read, only admins
+  // may change anything (`method` names the call in the denial).
   grpc::Status Authorize(const grpc::ServerContext& context, bool mutating,
                          const char* method);
   // The core's GetRuntime document as the message.
