@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <google/protobuf/descriptor.h>
 
@@ -75,6 +76,17 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   };
   hooks.refused_connections = [l] { return l->refused(); };
   hooks.refusals = refusals;
+  self->limiter_ = std::make_unique<CallLimiter>(options.call_limits);
+  CallLimiter* limiter = self->limiter_.get();
+  hooks.admit = [limiter](const grpc::ServerContext& c, Role role) {
+    return limiter->Admit(c, role);
+  };
+  hooks.guard_writes = [limiter](const grpc::ServerContext& c) { limiter->GuardWrites(c); };
+  hooks.write_done = [limiter](const grpc::ServerContext& c) { limiter->WriteDone(c); };
+  hooks.call_stats = [limiter](v1::ControlStats* out) {
+    out->set_calls_over_limit(limiter->refused_calls());
+    out->set_cancelled_writes(limiter->cancelled_writes());
+  };
   hooks.why_no_role = [tokens](const grpc::ServerContext& c) {
     const char* why = nullptr;
     if (IsTlsCall(c) && tokens != nullptr) tokens->RoleOfCall(c.client_metadata(), &why);
@@ -94,6 +106,9 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.RegisterService(self->service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(self->limiter_->InterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreamsPerConnection);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, options.handshake_timeout_ms);
@@ -136,6 +151,7 @@ void ControlServer::Stop(double grace_seconds) {
   server_.reset();
   service_.reset();
   listener_.reset();
+  limiter_.reset();
 }
 
 }  // namespace mt::control

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "control/src/call_limiter.h"
 #include "control/src/control_service.h"
 #include "control/src/peer_listener.h"
 #include "control/src/token_auth.h"
@@ -36,6 +37,7 @@ struct ServerOptions {
   std::optional<TcpOptions> tcp;
   v1::InterpreterInfo interpreter;
   ServiceLimits limits;
+  CallLimits call_limits;
   // A TCP peer that connects and never finishes the TLS handshake holds a
   // descriptor this long (gRPC's default is 120 s).
   int handshake_timeout_ms = kHandshakeTimeoutMs;
@@ -61,6 +63,8 @@ class ControlServer {
   ControlServer() = default;
 
   std::unique_ptr<BearerTokens> tokens_;  // Stable address for the processor.
+  // Before server_: the server's interceptors refer to it until it is gone.
+  std::unique_ptr<CallLimiter> limiter_;
   std::shared_ptr<BearerTokenProcessor> processor_;
   std::unique_ptr<PeerCredListener> listener_;
   std::unique_ptr<ControlService> service_;

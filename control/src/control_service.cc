@@ -70,7 +70,9 @@ void ControlService::Refuse(const grpc::ServerContext& context, RefusalKind kind
 grpc::Status ControlService::Authorize(const grpc::ServerContext& context, bool mutating,
                                        const char* method) {
   const Role role = hooks_.role ? hooks_.role(context) : Role::kAdmin;
-  if (role == Role::kAdmin || (role == Role::kReadOnly && !mutating)) return grpc::Status::OK;
+  if (role == Role::kAdmin || (role == Role::kReadOnly && !mutating)) {
+    return hooks_.admit ? hooks_.admit(context, role) : grpc::Status::OK;
+  }
   denied_.fetch_add(1, std::memory_order_relaxed);
   if (role == Role::kNone) {
     const std::string why =
@@ -102,6 +104,7 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::Get
   control->set_rejected_calls(
       denied_.load(std::memory_order_relaxed) +
       (hooks_.unauthenticated_calls ? hooks_.unauthenticated_calls() : 0));
+  if (hooks_.call_stats) hooks_.call_stats(control);
   if (hooks_.refusals != nullptr) {
     const auto now = RefusalLog::Clock::now();
     for (const PeerRefusals& p : hooks_.refusals->Snapshot()) {
@@ -233,6 +236,7 @@ grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::Watch
                         "too many Watch streams open (" +
                             std::to_string(limits_.max_watchers) + ")");
   }
+  if (hooks_.guard_writes) hooks_.guard_writes(*context);
   const auto period =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval));
   const auto start = Clock::now();
@@ -262,7 +266,8 @@ grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::Watch
         *update.mutable_loops() = std::move(*loops.mutable_loops());
       }
     }
-    if (!writer->Write(update)) break;  // The client went away.
+    if (!writer->Write(update)) break;  // The client went away (or never read).
+    if (hooks_.write_done) hooks_.write_done(*context);
     if (!SleepUnlessCancelled(context, start + due * period - Clock::now())) break;
   }
   watchers_.fetch_sub(1, std::memory_order_relaxed);
@@ -296,6 +301,7 @@ grpc::Status ControlService::Shutdown(grpc::ServerContext* context,
   if (draining_.exchange(true, std::memory_order_relaxed) == false && hooks_.set_serving) {
     hooks_.set_serving(false);  // Out of rotation while it winds down.
   }
+  if (hooks_.guard_writes) hooks_.guard_writes(*context);
   const auto start = Clock::now();
   v1::RuntimeState last = v1::RUNTIME_STATE_UNSPECIFIED;
   std::uint64_t last_tasks = ~std::uint64_t{0};
@@ -313,6 +319,7 @@ grpc::Status ControlService::Shutdown(grpc::ServerContext* context,
       progress.set_elapsed_seconds(elapsed);
       progress.set_joined(joined);
       if (!writer->Write(progress)) break;
+      if (hooks_.write_done) hooks_.write_done(*context);
       last = info.state();
       last_tasks = info.tasks_in_flight();
     }

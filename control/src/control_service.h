@@ -39,6 +39,13 @@ struct ServiceHooks {
   std::shared_ptr<RefusalLog> refusals;
   // Why a call has no role: UNAUTHENTICATED's message.
   std::function<std::string(const grpc::ServerContext&)> why_no_role;
+  // Admits an authorized call within the server's caps (default: all).
+  std::function<grpc::Status(const grpc::ServerContext&, Role)> admit;
+  // A streaming call's messages go under the write deadline; one was taken.
+  std::function<void(const grpc::ServerContext&)> guard_writes;
+  std::function<void(const grpc::ServerContext&)> write_done;
+  // The caps' counters, for GetInfo.
+  std::function<void(v1::ControlStats*)> call_stats;
 };
 
 // mt.control.v1.RuntimeControl over the admin boundary. Handlers run on

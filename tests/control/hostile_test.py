@@ -615,3 +615,65 @@ def test_rss_stays_flat_while_grpc_starts_and_retires_threads():
         assert grown < 16, f"RSS grew {grown:.1f} MiB over 8 bursts ({len(seen)} thread ids)"
     finally:
         svc.close()
+
+
+# --- after authentication: a client that never reads ---------------------------
+
+
+def _zero_window_calls(port, ca, path, streams, authorization):
+    """A TLS connection that opens `streams` calls of `path` and never lets
+    the server send a byte of any answer (stream windows of 0, never
+    raised). Returns the socket: the calls last until it is closed."""
+    import ssl
+
+    import h2.config
+    import h2.connection
+    import h2.settings
+    context = ssl.create_default_context(cafile=ca)
+    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    context.set_alpn_protocols(["h2"])
+    sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=WAIT),
+                               server_hostname="localhost")
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.local_settings = h2.settings.Settings(
+        client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    conn.initiate_connection()
+    for _ in range(streams):
+        stream = conn.get_next_available_stream_id()
+        conn.send_headers(stream, [(":method", "POST"), (":scheme", "https"), (":path", path),
+                                   (":authority", "localhost"),
+                                   ("content-type", "application/grpc"), ("te", "trailers"),
+                                   ("authorization", authorization)])
+        conn.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)
+    sock.sendall(conn.data_to_send())
+    return sock
+
+
+def test_a_read_only_client_that_never_reads_cannot_starve_the_admin(tls_service, tls_files):
+    svc = tls_service
+    with open(os.path.join(tls_files, "readonly.token")) as f:
+        read_only = "Bearer " + f.read().strip()
+    threads_before = len(os.listdir(f"/proc/{svc.pid}/task"))
+    attackers = [_zero_window_calls(svc.control_tcp_port, os.path.join(tls_files, "ca.pem"),
+                                    "/mt.control.v1.RuntimeControl/GetInfo", 16, read_only)
+                 for _ in range(8)]
+    try:
+        time.sleep(1)  # Let the server take all 128 calls in.
+        for _ in range(5):
+            start = time.monotonic()
+            info = svc.json("info")["control"]
+            assert time.monotonic() - start < 1.0
+            over_tls = _over_tls(svc, tls_files, os.path.join(tls_files, "admin.token"), "info")
+            assert over_tls.returncode == 0, over_tls.stderr
+        # 16 read-only calls are admitted; the other 112 are refused at once.
+        assert int(info["calls_over_limit"]) == 8 * 16 - 16, info
+        # The admitted ones lose their calls once their answers have
+        # waited 10 s, and give their threads back.
+        deadline = time.monotonic() + 20
+        while int(svc.json("info")["control"]["cancelled_writes"]) < 16:
+            assert time.monotonic() < deadline, svc.json("info")["control"]
+            time.sleep(0.5)
+        assert len(os.listdir(f"/proc/{svc.pid}/task")) <= threads_before + 4
+    finally:
+        for sock in attackers:
+            sock.close()
