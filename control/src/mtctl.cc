@@ -378,6 +378,10 @@ void PrintInfo(const v1::GetInfoResponse& info) {
   absl::PrintF("control      %s, %d watchers, %d connections refused, %d calls rejected\n",
                info.control().draining() ? "draining" : "serving", info.control().watchers(),
                info.control().refused_connections(), info.control().rejected_calls());
+  if (info.control().calls_over_limit() > 0 || info.control().cancelled_writes() > 0) {
+    absl::PrintF("limits       %d calls over a cap, %d cancelled for not reading their answer\n",
+                 info.control().calls_over_limit(), info.control().cancelled_writes());
+  }
   // The peers refused most, one line each (-o json has them all).
   const auto& refusals = info.control().refusals();
   for (int i = 0; i < refusals.size() && i < 5; ++i) {
