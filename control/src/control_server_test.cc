@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +22,8 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "control/src/testing/fake_core.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -299,6 +302,91 @@ TEST_F(TlsServerTest, EveryRefusalIsCountedUnderItsPeer) {
   const v1::PeerRefusals& by_subject = info.control().refusals(1);
   EXPECT_EQ(by_subject.peer(), "tls subject=CN=ops");
   EXPECT_EQ(by_subject.unauthenticated_calls(), 1u);
+}
+
+// A raw HTTP/2 client on the Unix socket that opens `streams` GetInfo
+// calls with a stream window of 0 and never reads: the answers can never
+// be sent. Returns the connected descriptor.
+int OpenZeroWindowCalls(const std::string& socket_path, int streams) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, socket_path.data(), socket_path.size());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) return -1;
+  auto frame = [](std::string* out, uint8_t type, uint8_t flags, uint32_t stream,
+                  const std::string& payload) {
+    const uint32_t n = static_cast<uint32_t>(payload.size());
+    out->push_back(static_cast<char>(n >> 16));
+    out->push_back(static_cast<char>(n >> 8));
+    out->push_back(static_cast<char>(n));
+    out->push_back(static_cast<char>(type));
+    out->push_back(static_cast<char>(flags));
+    for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>(stream >> shift));
+    *out += payload;
+  };
+  // HPACK: each header a literal without indexing, names and values plain.
+  auto literal = [](const std::string& name, const std::string& value) {
+    return std::string(1, '\0') + static_cast<char>(name.size()) + name +
+           static_cast<char>(value.size()) + value;
+  };
+  std::string wire = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
+  frame(&wire, 0x4, 0, 0, std::string("\x00\x04\x00\x00\x00\x00", 6));
+  const std::string headers = literal(":method", "POST") + literal(":scheme", "http") +
+                              literal(":path", "/mt.control.v1.RuntimeControl/GetInfo") +
+                              literal(":authority", "x") +
+                              literal("content-type", "application/grpc") +
+                              literal("te", "trailers");
+  for (int i = 0; i < streams; ++i) {
+    const uint32_t stream = 1 + 2 * i;
+    frame(&wire, 0x1, 0x4, stream, headers);                      // HEADERS, END_HEADERS.
+    frame(&wire, 0x0, 0x1, stream, std::string("\0\0\0\0\0", 5));  // DATA, END_STREAM.
+  }
+  if (write(fd, wire.data(), wire.size()) != static_cast<ssize_t>(wire.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Answers a client never takes are cancelled after the write deadline,
+// from the watchdog thread while the calls' own threads wait on them (run
+// under TSan in CI), and the caps refuse what is over them at once.
+TEST(CallLimitsTest, UnreadAnswersAreCancelledAndTheCapsHold) {
+  testing::FakeCore core;
+  core.answer = [](const std::string& m, const std::string&) {
+    if (m == "GetRuntime") return std::make_pair(0, std::string("{\"state\":\"running\"}"));
+    return std::make_pair(0, std::string("{}"));
+  };
+  testing::InstallFakeCore(&core);
+  const std::string path = testing::SocketPath();
+  ServerOptions options;
+  options.socket_path = path;
+  options.call_limits.per_connection = 4;
+  options.call_limits.write_deadline = std::chrono::milliseconds(300);
+  auto server = ControlServer::Start(FakeAbi(), std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto admin = v1::RuntimeControl::NewStub(grpc::CreateChannel(
+      "unix://" + path, grpc::InsecureChannelCredentials()));
+  std::vector<int> attackers;
+  for (int i = 0; i < 3; ++i) {
+    attackers.push_back(OpenZeroWindowCalls(path, 10));
+    ASSERT_GE(attackers.back(), 0);
+  }
+  v1::GetInfoResponse info;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ASSERT_TRUE(admin->GetInfo(&context, v1::GetInfoRequest(), &info).ok());
+    if (info.control().cancelled_writes() >= 12) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < give_up);
+  EXPECT_EQ(info.control().calls_over_limit(), 3u * (10 - 4));
+  EXPECT_EQ(info.control().cancelled_writes(), 3u * 4);
+  for (int fd : attackers) close(fd);
+  (*server)->Stop(0);
+  testing::InstallFakeCore(nullptr);
 }
 
 TEST_F(TlsServerTest, RefusesTcpWithoutTlsOrTokens) {
