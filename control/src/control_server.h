@@ -31,6 +31,10 @@ inline constexpr int kMaxReceiveMessageBytes = 64 * 1024;
 inline constexpr int kMaxConcurrentStreamsPerConnection = 16;
 inline constexpr int kMaxServerThreads = 48;
 inline constexpr int kHandshakeTimeoutMs = 10'000;
+// A connection with no call in progress for this long is closed (GOAWAY):
+// an idle one, or one that never made a call at all, holds a descriptor
+// for nothing. Clients reconnect when they next call.
+inline constexpr int kMaxConnectionIdleMs = 60'000;
 
 struct ServerOptions {
   std::string socket_path;  // The Unix socket (always served).
@@ -41,6 +45,7 @@ struct ServerOptions {
   // A TCP peer that connects and never finishes the TLS handshake holds a
   // descriptor this long (gRPC's default is 120 s).
   int handshake_timeout_ms = kHandshakeTimeoutMs;
+  int max_connection_idle_ms = kMaxConnectionIdleMs;
 };
 
 // mt.control.v1, grpc.health.v1 and server reflection on the Unix socket

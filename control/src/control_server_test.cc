@@ -389,6 +389,56 @@ TEST(CallLimitsTest, UnreadAnswersAreCancelledAndTheCapsHold) {
   testing::InstallFakeCore(nullptr);
 }
 
+// A connection that makes no call is closed once idle for the limit,
+// on the Unix socket (handed to gRPC by the listener) and over TLS.
+TEST_F(TlsServerTest, IdleConnectionsAreClosed) {
+  socket_path_ = testing::SocketPath();
+  ServerOptions options;
+  options.socket_path = socket_path_;
+  options.tcp = Tcp();
+  options.max_connection_idle_ms = 500;
+  auto server = ControlServer::Start(FakeAbi(), std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = *std::move(server);
+
+  // The Unix socket: the HTTP/2 preface and nothing more, then wait for EOF.
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, socket_path_.data(), socket_path_.size());
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const std::string preface = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") +
+                              std::string("\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9);
+  ASSERT_EQ(write(fd, preface.data(), preface.size()), static_cast<ssize_t>(preface.size()));
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+  }
+  close(fd);
+  EXPECT_TRUE(closed) << "an idle connection on the Unix socket was kept";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(400));
+
+  // TLS: a channel that made one call goes back to IDLE once the server
+  // closes the connection under it.
+  auto channel = TlsChannel();
+  auto stub = v1::RuntimeControl::NewStub(channel);
+  EXPECT_EQ(GetInfo(*stub, std::string("Bearer ") + kAdminToken), grpc::StatusCode::OK);
+  EXPECT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  const auto until = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  while (channel->GetState(false) == GRPC_CHANNEL_READY &&
+         channel->WaitForStateChange(GRPC_CHANNEL_READY, until)) {
+  }
+  EXPECT_NE(channel->GetState(false), GRPC_CHANNEL_READY);
+}
+
 TEST_F(TlsServerTest, RefusesTcpWithoutTlsOrTokens) {
   TcpOptions no_tls = Tcp();
   no_tls.private_key_pem.clear();
