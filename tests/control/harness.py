@@ -86,6 +86,39 @@ class Service:
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
+def tls_files():
+    """A generator for a module-scoped pytest fixture: a folder with the
+    test CA, certificates and tokens of certs.make() (the test is skipped
+    when they cannot be made)."""
+    import pytest
+
+    import certs
+    folder = tempfile.mkdtemp(prefix="mtcerts-", dir="/tmp")
+    try:
+        why = certs.make(folder)
+        if why:
+            pytest.skip(why)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def tls_service(files):
+    """A Service that also serves TLS on a free port, with the certificate,
+    key and both tokens in `files` (see tls_files)."""
+    svc = Service(env={
+        "MT_ASYNCIO_CONTROL_TCP": "127.0.0.1:0",
+        "MT_ASYNCIO_CONTROL_TLS_CERT": os.path.join(files, "server.pem"),
+        "MT_ASYNCIO_CONTROL_TLS_KEY": os.path.join(files, "server.key"),
+        "MT_ASYNCIO_CONTROL_TOKEN_FILE": os.path.join(files, "admin.token"),
+        "MT_ASYNCIO_CONTROL_READONLY_TOKEN_FILE": os.path.join(files, "readonly.token"),
+    })
+    if not svc.control_tcp_port:
+        svc.close()
+        raise AssertionError("the TCP listener did not start: " + "".join(svc.stderr))
+    return svc
+
+
 def grpcurl_path():
     """grpcurl, if installed (tools/setup.sh builds it when Go is present)."""
     import pwd

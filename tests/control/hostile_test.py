@@ -28,7 +28,7 @@ import mt_asyncio
 import mt_asyncio.control as control
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # The helpers beside it.
-import certs  # noqa: E402
+import harness  # noqa: E402
 from harness import MTCTL, Service  # noqa: E402
 
 WAIT = 30
@@ -51,16 +51,7 @@ def folder():
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def tls_files():
-    path = tempfile.mkdtemp(prefix="mtcerts-", dir="/tmp")
-    try:
-        why = certs.make(path)
-        if why:
-            pytest.skip(why)
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+tls_files = pytest.fixture(scope="module")(harness.tls_files)
 
 
 def _write(path, data, mode):
@@ -413,15 +404,8 @@ def test_mtctl_sends_nothing_to_a_socket_another_user_serves(folder):
 
 @pytest.fixture
 def tls_service(tls_files):
-    svc = Service(env={
-        "MT_ASYNCIO_CONTROL_TCP": "127.0.0.1:0",
-        "MT_ASYNCIO_CONTROL_TLS_CERT": os.path.join(tls_files, "server.pem"),
-        "MT_ASYNCIO_CONTROL_TLS_KEY": os.path.join(tls_files, "server.key"),
-        "MT_ASYNCIO_CONTROL_TOKEN_FILE": os.path.join(tls_files, "admin.token"),
-        "MT_ASYNCIO_CONTROL_READONLY_TOKEN_FILE": os.path.join(tls_files, "readonly.token"),
-    })
+    svc = harness.tls_service(tls_files)
     try:
-        assert svc.control_tcp_port, "the TCP listener did not start: " + "".join(svc.stderr)
         yield svc
     finally:
         svc.close()

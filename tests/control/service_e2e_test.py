@@ -8,17 +8,15 @@ would, and checks what the service itself reports.
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # The helpers beside it.
-import certs  # noqa: E402
+import harness  # noqa: E402
 from harness import MTCTL, WAIT, Service, grpcurl_path, rss_kib  # noqa: E402
 
 
@@ -360,29 +358,13 @@ def test_many_watchers_are_bounded_and_released(service):
     assert batch["done"] == batch["expected"]
 
 
-@pytest.fixture(scope="module")
-def tls_files():
-    folder = tempfile.mkdtemp(prefix="mtcerts-", dir="/tmp")
-    try:
-        why = certs.make(folder)
-        if why:
-            pytest.skip(why)
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+tls_files = pytest.fixture(scope="module")(harness.tls_files)
 
 
 @pytest.fixture
 def tls_service(tls_files):
-    svc = Service(env={
-        "MT_ASYNCIO_CONTROL_TCP": "127.0.0.1:0",
-        "MT_ASYNCIO_CONTROL_TLS_CERT": os.path.join(tls_files, "server.pem"),
-        "MT_ASYNCIO_CONTROL_TLS_KEY": os.path.join(tls_files, "server.key"),
-        "MT_ASYNCIO_CONTROL_TOKEN_FILE": os.path.join(tls_files, "admin.token"),
-        "MT_ASYNCIO_CONTROL_READONLY_TOKEN_FILE": os.path.join(tls_files, "readonly.token"),
-    })
+    svc = harness.tls_service(tls_files)
     try:
-        assert svc.control_tcp_port, "the TCP listener did not start: " + "".join(svc.stderr)
         yield svc
     finally:
         svc.close()
