@@ -70,32 +70,16 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   };
   const BearerTokens* tokens = self->tokens_.get();
   PeerCredListener* l = self->listener_.get();
-  hooks.role = [tokens](const grpc::ServerContext& c) { return CallerRole(c, tokens); };
+  hooks.role = [tokens](const grpc::ServerContext& c, const char** why) {
+    return CallerRole(c, tokens, why);
+  };
   hooks.identify = [l, tokens](const grpc::ServerContext& c) {
     return IsTlsCall(c) ? DescribeTlsCaller(c, CallerRole(c, tokens)) : l->Identify(c);
   };
   hooks.refused_connections = [l] { return l->refused(); };
   hooks.refusals = refusals;
   self->limiter_ = std::make_unique<CallLimiter>(options.call_limits);
-  CallLimiter* limiter = self->limiter_.get();
-  hooks.admit = [limiter](const grpc::ServerContext& c, Role role) {
-    return limiter->Admit(c, role);
-  };
-  hooks.guard_writes = [limiter](const grpc::ServerContext& c) { limiter->GuardWrites(c); };
-  hooks.write_done = [limiter](const grpc::ServerContext& c) { limiter->WriteDone(c); };
-  hooks.call_stats = [limiter](v1::ControlStats* out) {
-    out->set_calls_over_limit(limiter->refused_calls());
-    out->set_cancelled_writes(limiter->cancelled_writes());
-  };
-  hooks.why_no_role = [tokens](const grpc::ServerContext& c) {
-    const char* why = nullptr;
-    if (IsTlsCall(c) && tokens != nullptr) tokens->RoleOfCall(c.client_metadata(), &why);
-    return std::string(why != nullptr ? why : "no valid credentials");
-  };
-  BearerTokenProcessor* processor = self->processor_.get();
-  hooks.unauthenticated_calls = [processor] {
-    return processor != nullptr ? processor->rejected() : 0;
-  };
+  hooks.limiter = self->limiter_.get();
   self->service_ = std::make_unique<ControlService>(
       AdminClient(abi), std::move(options.interpreter), std::move(hooks), options.limits);
 

@@ -42,6 +42,8 @@ ControlService::ControlService(AdminClient admin, v1::InterpreterInfo interprete
     : admin_(admin),
       interpreter_(std::move(interpreter)),
       hooks_(std::move(hooks)),
+      refusals_(hooks_.refusals != nullptr ? hooks_.refusals
+                                           : std::make_shared<RefusalLog>(hooks_.audit)),
       limits_(limits) {}
 
 void ControlService::Audit(const grpc::ServerContext& context, const std::string& what) const {
@@ -56,27 +58,22 @@ void ControlService::Audit(const grpc::ServerContext& context, const std::string
 
 void ControlService::Refuse(const grpc::ServerContext& context, RefusalKind kind,
                             const char* method, const char* code, const std::string& why) const {
-  const std::string what = std::string(method) + " -> " + code + " (" + why + ")";
-  if (hooks_.refusals == nullptr) {
-    Audit(context, what);
-    return;
-  }
   const std::string who = hooks_.identify ? hooks_.identify(context) : context.peer();
   std::string subject;
   if (const auto auth = context.auth_context(); auth != nullptr) subject = ClientSubject(*auth);
-  hooks_.refusals->Record(kind, PeerAddress(context.peer()), subject, why, who + ": " + what);
+  refusals_->Record(kind, PeerAddress(context.peer()), subject, why,
+                    who + ": " + method + " -> " + code + " (" + why + ")");
 }
 
 grpc::Status ControlService::Authorize(const grpc::ServerContext& context, bool mutating,
                                        const char* method) {
-  const Role role = hooks_.role ? hooks_.role(context) : Role::kAdmin;
+  const char* no_role = nullptr;
+  const Role role = hooks_.role ? hooks_.role(context, &no_role) : Role::kAdmin;
   if (role == Role::kAdmin || (role == Role::kReadOnly && !mutating)) {
-    return hooks_.admit ? hooks_.admit(context, role) : grpc::Status::OK;
+    return hooks_.limiter != nullptr ? hooks_.limiter->Admit(context, role) : grpc::Status::OK;
   }
-  denied_.fetch_add(1, std::memory_order_relaxed);
   if (role == Role::kNone) {
-    const std::string why =
-        hooks_.why_no_role ? hooks_.why_no_role(context) : std::string("no valid credentials");
+    const std::string why = no_role != nullptr ? no_role : "no valid credentials";
     Refuse(context, RefusalKind::kUnauthenticated, method, "UNAUTHENTICATED", why);
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, why);
   }
@@ -101,13 +98,15 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::Get
                                                               : 0);
   control->set_watchers(static_cast<uint32_t>(watchers()));
   control->set_draining(draining_.load(std::memory_order_relaxed));
-  control->set_rejected_calls(
-      denied_.load(std::memory_order_relaxed) +
-      (hooks_.unauthenticated_calls ? hooks_.unauthenticated_calls() : 0));
-  if (hooks_.call_stats) hooks_.call_stats(control);
-  if (hooks_.refusals != nullptr) {
+  control->set_rejected_calls(refusals_->total(RefusalKind::kUnauthenticated) +
+                              refusals_->total(RefusalKind::kPermissionDenied));
+  if (hooks_.limiter != nullptr) {
+    control->set_calls_over_limit(hooks_.limiter->refused_calls());
+    control->set_cancelled_writes(hooks_.limiter->cancelled_writes());
+  }
+  {
     const auto now = RefusalLog::Clock::now();
-    for (const PeerRefusals& p : hooks_.refusals->Snapshot()) {
+    for (const PeerRefusals& p : refusals_->Snapshot()) {
       v1::PeerRefusals* out = control->add_refusals();
       out->set_peer(p.peer);
       out->set_client_subject(p.client_subject);
@@ -117,7 +116,7 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::Get
       out->set_last_reason(p.last_reason);
       out->set_last_seconds_ago(std::chrono::duration<double>(now - p.last).count());
     }
-    control->set_unlogged_refusals(hooks_.refusals->suppressed_lines());
+    control->set_unlogged_refusals(refusals_->suppressed_lines());
   }
   return GetRuntime(response->mutable_runtime());
 }
@@ -236,7 +235,7 @@ grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::Watch
                         "too many Watch streams open (" +
                             std::to_string(limits_.max_watchers) + ")");
   }
-  if (hooks_.guard_writes) hooks_.guard_writes(*context);
+  if (hooks_.limiter != nullptr) hooks_.limiter->GuardWrites(*context);
   const auto period =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval));
   const auto start = Clock::now();
@@ -267,7 +266,7 @@ grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::Watch
       }
     }
     if (!writer->Write(update)) break;  // The client went away (or never read).
-    if (hooks_.write_done) hooks_.write_done(*context);
+    if (hooks_.limiter != nullptr) hooks_.limiter->WriteDone(*context);
     if (!SleepUnlessCancelled(context, start + due * period - Clock::now())) break;
   }
   watchers_.fetch_sub(1, std::memory_order_relaxed);
@@ -301,7 +300,7 @@ grpc::Status ControlService::Shutdown(grpc::ServerContext* context,
   if (draining_.exchange(true, std::memory_order_relaxed) == false && hooks_.set_serving) {
     hooks_.set_serving(false);  // Out of rotation while it winds down.
   }
-  if (hooks_.guard_writes) hooks_.guard_writes(*context);
+  if (hooks_.limiter != nullptr) hooks_.limiter->GuardWrites(*context);
   const auto start = Clock::now();
   v1::RuntimeState last = v1::RUNTIME_STATE_UNSPECIFIED;
   std::uint64_t last_tasks = ~std::uint64_t{0};
@@ -319,7 +318,7 @@ grpc::Status ControlService::Shutdown(grpc::ServerContext* context,
       progress.set_elapsed_seconds(elapsed);
       progress.set_joined(joined);
       if (!writer->Write(progress)) break;
-      if (hooks_.write_done) hooks_.write_done(*context);
+      if (hooks_.limiter != nullptr) hooks_.limiter->WriteDone(*context);
       last = info.state();
       last_tasks = info.tasks_in_flight();
     }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "control/src/admin_client.h"
+#include "control/src/call_limiter.h"
 #include "control/src/token_auth.h"
 #include "mt/control/v1/control.grpc.pb.h"
 
@@ -30,22 +31,15 @@ struct ServiceHooks {
   std::function<std::uint64_t()> refused_connections;
   // Where audit lines go (default: stderr).
   std::function<void(const std::string&)> audit;
-  // What the caller of a call may do (default: everything).
-  std::function<Role(const grpc::ServerContext&)> role;
-  // Calls turned away before reaching the service (bad or missing token).
-  std::function<std::uint64_t()> unauthenticated_calls;
-  // Where refusals are counted by peer and logged at a bounded rate
-  // (default: none; each refusal is an audit line).
+  // What the caller of a call may do (default: everything); for kNone,
+  // `why` says what was wrong with its credentials.
+  std::function<Role(const grpc::ServerContext&, const char** why)> role;
+  // Where refusals are counted by peer and logged at a bounded rate,
+  // including those made before a call reaches the service (default: a
+  // log of the service's own, writing to `audit`).
   std::shared_ptr<RefusalLog> refusals;
-  // Why a call has no role: UNAUTHENTICATED's message.
-  std::function<std::string(const grpc::ServerContext&)> why_no_role;
-  // Admits an authorized call within the server's caps (default: all).
-  std::function<grpc::Status(const grpc::ServerContext&, Role)> admit;
-  // A streaming call's messages go under the write deadline; one was taken.
-  std::function<void(const grpc::ServerContext&)> guard_writes;
-  std::function<void(const grpc::ServerContext&)> write_done;
-  // The caps' counters, for GetInfo.
-  std::function<void(v1::ControlStats*)> call_stats;
+  // The caps on calls in flight and the write deadline (default: none).
+  CallLimiter* limiter = nullptr;
 };
 
 // mt.control.v1.RuntimeControl over the admin boundary. Handlers run on
@@ -99,10 +93,10 @@ class ControlService final : public v1::RuntimeControl::Service {
   const AdminClient admin_;
   const v1::InterpreterInfo interpreter_;
   const ServiceHooks hooks_;
+  const std::shared_ptr<RefusalLog> refusals_;  // hooks_.refusals, or our own.
   const ServiceLimits limits_;
   std::atomic<int> watchers_{0};
   std::atomic<bool> draining_{false};
-  std::atomic<std::uint64_t> denied_{0};  // PERMISSION_DENIED and UNAUTHENTICATED here.
 };
 
 }  // namespace mt::control

@@ -99,7 +99,6 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
   if (!method.empty() && handler_checked_.count(method) > 0) {
     return grpc::Status::OK;  // Its handler refuses it, naming the address.
   }
-  rejected_.fetch_add(1, std::memory_order_relaxed);
   const std::string subject = ClientSubject(*context);
   const std::string peer = subject.empty() ? std::string("tls (no client certificate)")
                                            : "tls subject=" + subject;
@@ -120,9 +119,10 @@ bool IsTlsCall(const grpc::ServerContext& context) {
   return false;
 }
 
-Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens) {
+Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens,
+                const char** why) {
   if (IsTlsCall(context)) {
-    return tokens == nullptr ? Role::kNone : tokens->RoleOfCall(context.client_metadata());
+    return tokens == nullptr ? Role::kNone : tokens->RoleOfCall(context.client_metadata(), why);
   }
   // The listener names the channels it hands over "fd:N"; nothing else
   // reaches this server without TLS.

@@ -4,7 +4,6 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/auth_metadata_processor.h>
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -70,14 +69,10 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
                        OutputMetadata* consumed_auth_metadata,
                        OutputMetadata* response_metadata) override;
 
-  // Calls refused here (not those let through to their handler).
-  std::uint64_t rejected() const { return rejected_.load(std::memory_order_relaxed); }
-
  private:
   const BearerTokens* const tokens_;
   const std::shared_ptr<RefusalLog> refusals_;
   const std::set<std::string, std::less<>> handler_checked_;
-  std::atomic<std::uint64_t> rejected_{0};
 };
 
 // The subject of the client certificate (mutual TLS), e.g. "CN=ops,O=acme",
@@ -88,9 +83,11 @@ std::string ClientSubject(const grpc::AuthContext& context);
 bool IsTlsCall(const grpc::ServerContext& context);
 
 // The role of a call's caller: over TLS, the role of the token the call
-// carries (`tokens` null: kNone); over the Unix socket, whose peer's uid
-// the listener checked, kAdmin; anything else kNone.
-Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens);
+// carries (`tokens` null: kNone; `why`, when given, says what was wrong
+// with it); over the Unix socket, whose peer's uid the listener checked,
+// kAdmin; anything else kNone.
+Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens,
+                const char** why = nullptr);
 
 // "tls role=admin subject=CN=ops peer=ipv4:10.0.0.2:51234" for a TLS
 // caller (the subject with mutual TLS only).
