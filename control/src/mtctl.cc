@@ -191,7 +191,6 @@ class Client {
     } else if (AllDigits(target)) {
       target = "unix://" + DefaultSocketDir() + "/" + target + ".sock";
     }
-    std::shared_ptr<grpc::ChannelCredentials> creds;
     std::string token_file = opts_.token_file;
     if (token_file.empty()) {
       if (const char* env = std::getenv("MTCTL_TOKEN_FILE")) token_file = env;
@@ -212,10 +211,8 @@ class Client {
         if (report) std::cerr << "mtctl: " << Escape(std::string(fd.status().message())) << "\n";
         return absl::IsNotFound(fd.status()) ? kExitNotFound : kExitFailed;
       }
-      target_ = target;
+      // Connected already: the channel has nothing left to wait for.
       channel_ = grpc::CreateCustomInsecureChannelFromFd(target, *fd, args);
-      stub_ = v1::RuntimeControl::NewStub(channel_);
-      return kExitOk;
     } else {
       // The control plane serves TCP only over TLS, with a token.
       if (opts_.tls_ca.empty()) return UsageError("a HOST:PORT target needs --tls-ca");
@@ -231,7 +228,7 @@ class Client {
                                       !ReadFile(opts_.tls_key, &ssl.pem_private_key))) {
         return kExitUsage;
       }
-      creds = grpc::SslCredentials(ssl);
+      std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(ssl);
       if (!opts_.tls_server_name.empty()) {
         args.SetSslTargetNameOverride(opts_.tls_server_name);
       }
@@ -239,15 +236,15 @@ class Client {
       if (!ReadFile(token_file, &token)) return kExitUsage;
       token_ = std::string(absl::StripAsciiWhitespace(token));
       if (token_.empty()) return UsageError("the token file " + token_file + " is empty");
+      channel_ = grpc::CreateCustomChannel(target, creds, args);
+      if (opts_.connect_timeout_seconds > 0 && !channel_->WaitForConnected(connect_deadline)) {
+        std::cerr << "mtctl: " << target << " accepted no connection within "
+                  << opts_.connect_timeout_seconds << " s\n";
+        return kExitFailed;
+      }
     }
     target_ = target;
-    channel_ = grpc::CreateCustomChannel(target, creds, args);
     stub_ = v1::RuntimeControl::NewStub(channel_);
-    if (opts_.connect_timeout_seconds > 0 && !channel_->WaitForConnected(connect_deadline)) {
-      std::cerr << "mtctl: " << target << " accepted no connection within "
-                << opts_.connect_timeout_seconds << " s\n";
-      return kExitFailed;
-    }
     return kExitOk;
   }
 

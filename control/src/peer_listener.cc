@@ -116,7 +116,6 @@ void PeerCredListener::AcceptLoop(grpc::Server* server) {
     const bool known = getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
     const int cred_errno = known ? 0 : errno;
     if (!known || (cred.uid != own_uid && cred.uid != 0)) {
-      refused_.fetch_add(1, std::memory_order_relaxed);
       const std::string peer = known ? absl::StrCat("uid=", cred.uid) : "uid=unknown";
       const std::string reason =
           known ? absl::StrCat("uid ", cred.uid, " may not connect (only uid ", own_uid,

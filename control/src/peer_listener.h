@@ -4,7 +4,6 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
-#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,7 +36,7 @@ class PeerCredListener {
   // Stops accepting, closes the socket and removes its file. Idempotent.
   void Stop();
 
-  std::uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+  std::uint64_t refused() const { return refusals_->total(RefusalKind::kConnection); }
   // "uid=1000 pid=4242" for a call's peer (best effort: by the channel's
   // fd), or the peer string itself.
   std::string Identify(const grpc::ServerContext& context) const;
@@ -51,7 +50,6 @@ class PeerCredListener {
   const std::string path_;
   const std::shared_ptr<RefusalLog> refusals_;
   std::thread thread_;
-  std::atomic<std::uint64_t> refused_{0};
   mutable std::mutex mu_;
   std::map<int, std::string> identities_;  // By accepted fd; guarded by mu_.
   bool stopped_ = false;                   // Guarded by mu_.
