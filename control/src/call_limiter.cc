@@ -160,9 +160,4 @@ std::uint64_t CallLimiter::refused_calls() const {
   return refused_;
 }
 
-int CallLimiter::in_flight() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(calls_.size());
-}
-
 }  // namespace mt::control

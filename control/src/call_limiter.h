@@ -67,7 +67,6 @@ class CallLimiter {
 
   std::uint64_t cancelled_writes() const;
   std::uint64_t refused_calls() const;
-  int in_flight() const;
 
   // Interceptor hooks (public for the interceptor only).
   void Begin(grpc::ServerContextBase* context, bool unary);

@@ -103,20 +103,21 @@ def tls_files():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def tls_service(files):
-    """A Service that also serves TLS on a free port, with the certificate,
-    key and both tokens in `files` (see tls_files)."""
+def tls_service(tls_files):
+    """A generator for a pytest fixture: a Service that also serves TLS on
+    a free port, with the certificate, key and both tokens of tls_files."""
     svc = Service(env={
         "MT_ASYNCIO_CONTROL_TCP": "127.0.0.1:0",
-        "MT_ASYNCIO_CONTROL_TLS_CERT": os.path.join(files, "server.pem"),
-        "MT_ASYNCIO_CONTROL_TLS_KEY": os.path.join(files, "server.key"),
-        "MT_ASYNCIO_CONTROL_TOKEN_FILE": os.path.join(files, "admin.token"),
-        "MT_ASYNCIO_CONTROL_READONLY_TOKEN_FILE": os.path.join(files, "readonly.token"),
+        "MT_ASYNCIO_CONTROL_TLS_CERT": os.path.join(tls_files, "server.pem"),
+        "MT_ASYNCIO_CONTROL_TLS_KEY": os.path.join(tls_files, "server.key"),
+        "MT_ASYNCIO_CONTROL_TOKEN_FILE": os.path.join(tls_files, "admin.token"),
+        "MT_ASYNCIO_CONTROL_READONLY_TOKEN_FILE": os.path.join(tls_files, "readonly.token"),
     })
-    if not svc.control_tcp_port:
+    try:
+        assert svc.control_tcp_port, "the TCP listener did not start: " + "".join(svc.stderr)
+        yield svc
+    finally:
         svc.close()
-        raise AssertionError("the TCP listener did not start: " + "".join(svc.stderr))
-    return svc
 
 
 def grpcurl_path():

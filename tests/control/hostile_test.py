@@ -402,13 +402,7 @@ def test_mtctl_sends_nothing_to_a_socket_another_user_serves(folder):
 # --- audit: every refusal names its peer ---------------------------------------
 
 
-@pytest.fixture
-def tls_service(tls_files):
-    svc = harness.tls_service(tls_files)
-    try:
-        yield svc
-    finally:
-        svc.close()
+tls_service = pytest.fixture(harness.tls_service)
 
 
 def _over_tls(svc, tls_files, token_file, *args):

@@ -361,13 +361,7 @@ def test_many_watchers_are_bounded_and_released(service):
 tls_files = pytest.fixture(scope="module")(harness.tls_files)
 
 
-@pytest.fixture
-def tls_service(tls_files):
-    svc = harness.tls_service(tls_files)
-    try:
-        yield svc
-    finally:
-        svc.close()
+tls_service = pytest.fixture(harness.tls_service)
 
 
 def _over_tls(svc, tls_files, token, *args, check=False):
