@@ -19,6 +19,9 @@ class LimitInterceptor final : public grpc::experimental::Interceptor {
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     // Never takes the limiter's lock on PRE_SEND_CANCEL: the watchdog
     // cancels while holding it.
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      limiter_->MetadataReceived(context_);
+    }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_MESSAGE)) {
       limiter_->WriteStarted(context_);
     }
@@ -45,7 +48,8 @@ class LimitInterceptorFactory final
 
 }  // namespace
 
-CallLimiter::CallLimiter(CallLimits limits) : limits_(limits) {
+CallLimiter::CallLimiter(CallLimits limits, CallObserver observer)
+    : limits_(limits), observer_(std::move(observer)) {
   watchdog_ = std::thread([this] { Watch(); });
 }
 

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,7 +45,11 @@ struct CallLimits {
 
 class CallLimiter {
  public:
-  explicit CallLimiter(CallLimits limits = {});
+  // Told of every call once its metadata has arrived, before its handler
+  // runs (the TCP listener learns here which connections authenticated).
+  using CallObserver = std::function<void(const grpc::ServerContextBase& context)>;
+
+  explicit CallLimiter(CallLimits limits = {}, CallObserver observer = nullptr);
   ~CallLimiter();
   CallLimiter(const CallLimiter&) = delete;
   CallLimiter& operator=(const CallLimiter&) = delete;
@@ -70,6 +75,9 @@ class CallLimiter {
 
   // Interceptor hooks (public for the interceptor only).
   void Begin(grpc::ServerContextBase* context, bool unary);
+  void MetadataReceived(const grpc::ServerContextBase* context) {
+    if (observer_) observer_(*context);
+  }
   void WriteStarted(const grpc::ServerContextBase* context);
   void End(const grpc::ServerContextBase* context);
 
@@ -86,6 +94,7 @@ class CallLimiter {
   void Watch();
 
   const CallLimits limits_;
+  const CallObserver observer_;
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::map<const grpc::ServerContextBase*, Record> calls_;  // Guarded by mu_.

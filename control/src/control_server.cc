@@ -13,6 +13,7 @@
 #include <google/protobuf/descriptor.h>
 
 #include "absl/strings/str_cat.h"
+#include "control/src/tls_check.h"
 #include "grpc/health/v1/health.pb.h"
 
 namespace mt::control {
@@ -29,7 +30,7 @@ absl::Status CheckTcpOptions(const TcpOptions& tcp) {
   if (tcp.tokens.admin == tcp.tokens.read_only) {
     return absl::InvalidArgumentError("the read-only token must differ from the admin token");
   }
-  return absl::OkStatus();
+  return CheckServerTls(tcp.cert_chain_pem, tcp.private_key_pem, tcp.client_ca_pem);
 }
 
 // "/mt.control.v1.RuntimeControl/GetInfo" and the like: the methods whose
@@ -58,6 +59,11 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   if (!listener.ok()) return listener.status();
   self->listener_ = *std::move(listener);
   if (options.tcp) {
+    absl::StatusOr<std::unique_ptr<TcpListener>> tcp =
+        TcpListener::Listen(options.tcp->address, options.connections, refusals);
+    if (!tcp.ok()) return tcp.status();
+    self->tcp_listener_ = *std::move(tcp);
+    self->tcp_port_ = self->tcp_listener_->port();
     self->tokens_ = std::make_unique<BearerTokens>(std::move(options.tcp->tokens));
     self->processor_ = std::make_shared<BearerTokenProcessor>(self->tokens_.get(), refusals,
                                                               ServiceMethodPaths());
@@ -78,7 +84,21 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   };
   hooks.refused_connections = [l] { return l->refused(); };
   hooks.refusals = refusals;
-  self->limiter_ = std::make_unique<CallLimiter>(options.call_limits);
+  TcpListener* tcp_listener = self->tcp_listener_.get();
+  hooks.open_connections = [tcp_listener] {
+    return tcp_listener != nullptr ? tcp_listener->open_connections() : 0;
+  };
+  // A call over TCP that carries a valid token (whatever its method)
+  // lifts its connection's first-call deadline.
+  CallLimiter::CallObserver observer;
+  if (tcp_listener != nullptr) {
+    observer = [tokens, tcp_listener](const grpc::ServerContextBase& c) {
+      if (tokens->RoleOfCall(c.client_metadata()) != Role::kNone) {
+        tcp_listener->MarkAuthenticated(c.peer());
+      }
+    };
+  }
+  self->limiter_ = std::make_unique<CallLimiter>(options.call_limits, std::move(observer));
   hooks.limiter = self->limiter_.get();
   self->service_ = std::make_unique<ControlService>(
       AdminClient(abi), std::move(options.interpreter), std::move(hooks), options.limits);
@@ -97,6 +117,9 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreamsPerConnection);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, options.handshake_timeout_ms);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, options.max_connection_idle_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   grpc::ResourceQuota quota("mt_asyncio_control");
   quota.SetMaxThreads(kMaxServerThreads);
   builder.SetResourceQuota(quota);
@@ -111,31 +134,35 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
     ssl.pem_key_cert_pairs.push_back({tcp.private_key_pem, tcp.cert_chain_pem});
     std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(ssl);
     creds->SetAuthMetadataProcessor(self->processor_);
-    builder.AddListeningPort(tcp.address, creds, &self->tcp_port_);
+    // The listening socket is the TcpListener's; gRPC runs the handshake
+    // and the token check on each connection it hands over.
+    self->tcp_acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
   }
   self->server_ = builder.BuildAndStart();
-  if (self->server_ == nullptr || (options.tcp && self->tcp_port_ == 0)) {
-    // gRPC logs the cause (address in use, a certificate it cannot load).
-    self->server_.reset();
-    return absl::UnavailableError(
-        options.tcp ? absl::StrCat("could not serve on ", options.tcp->address,
-                                   " (address in use, or a certificate or key gRPC cannot load)")
-                    : std::string("could not start the gRPC server"));
+  if (self->server_ == nullptr) {
+    // gRPC logs the cause. The addresses are bound and the certificates
+    // checked already, so this is rare.
+    return absl::UnavailableError("could not start the gRPC server");
   }
   self->server_->GetHealthCheckService()->SetServingStatus(true);
   self->listener_->Start(self->server_.get());
+  if (self->tcp_listener_ != nullptr) self->tcp_listener_->Start(self->tcp_acceptor_.get());
   return self;
 }
 
 void ControlServer::Stop(double grace_seconds) {
   if (!server_) return;
   listener_->Stop();
+  if (tcp_listener_ != nullptr) tcp_listener_->Stop();
   server_->Shutdown(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(static_cast<long long>(grace_seconds * 1000)));
   server_->Wait();
   server_.reset();
   service_.reset();
   listener_.reset();
+  tcp_listener_.reset();
+  tcp_acceptor_.reset();
   limiter_.reset();
 }
 

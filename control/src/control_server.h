@@ -9,8 +9,10 @@
 
 #include "absl/status/statusor.h"
 #include "control/src/call_limiter.h"
+#include "control/src/connection_table.h"
 #include "control/src/control_service.h"
 #include "control/src/peer_listener.h"
+#include "control/src/tcp_listener.h"
 #include "control/src/token_auth.h"
 #include "runtime/admin/admin_abi.h"
 
@@ -35,6 +37,13 @@ inline constexpr int kHandshakeTimeoutMs = 10'000;
 // an idle one, or one that never made a call at all, holds a descriptor
 // for nothing. Clients reconnect when they next call.
 inline constexpr int kMaxConnectionIdleMs = 60'000;
+// The server pings a connection with calls in progress after this long
+// without traffic, and closes it when the ping is not answered in time:
+// a peer that stopped reading its socket gives up its calls.
+inline constexpr int kKeepaliveTimeMs = 30'000;
+inline constexpr int kKeepaliveTimeoutMs = 10'000;
+// Request metadata (all headers of one call together); ours is a token.
+inline constexpr int kMaxMetadataBytes = 16 * 1024;
 
 struct ServerOptions {
   std::string socket_path;  // The Unix socket (always served).
@@ -46,6 +55,8 @@ struct ServerOptions {
   // descriptor this long (gRPC's default is 120 s).
   int handshake_timeout_ms = kHandshakeTimeoutMs;
   int max_connection_idle_ms = kMaxConnectionIdleMs;
+  // Caps on open TCP connections and their first-call deadline.
+  ConnectionLimits connections;
 };
 
 // mt.control.v1, grpc.health.v1 and server reflection on the Unix socket
@@ -72,6 +83,9 @@ class ControlServer {
   std::unique_ptr<CallLimiter> limiter_;
   std::shared_ptr<BearerTokenProcessor> processor_;
   std::unique_ptr<PeerCredListener> listener_;
+  std::unique_ptr<TcpListener> tcp_listener_;
+  // Hands the TCP listener's connections to the server.
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
   int tcp_port_ = 0;

@@ -4,11 +4,13 @@
 #include "control/src/control_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -101,11 +103,15 @@ class TlsServerTest : public ::testing::Test {
   }
 
   absl::Status Start(TcpOptions tcp, int handshake_timeout_ms = kHandshakeTimeoutMs) {
-    socket_path_ = testing::SocketPath();
     ServerOptions options;
     options.handshake_timeout_ms = handshake_timeout_ms;
-    options.socket_path = socket_path_;
     options.tcp = std::move(tcp);
+    return Start(std::move(options));
+  }
+
+  absl::Status Start(ServerOptions options) {
+    socket_path_ = testing::SocketPath();
+    options.socket_path = socket_path_;
     auto server = ControlServer::Start(FakeAbi(), std::move(options));
     if (!server.ok()) return server.status();
     server_ = *std::move(server);
@@ -141,6 +147,47 @@ class TlsServerTest : public ::testing::Test {
   static grpc::StatusCode Drain(v1::RuntimeControl::Stub& stub, const std::string& auth) {
     v1::DrainResponse r;
     return stub.Drain(Context(auth).get(), v1::DrainRequest(), &r).error_code();
+  }
+
+  // A plain TCP connection to the listener from `source` (any address
+  // of 127/8), or -1.
+  int Connect(const char* source = "127.0.0.1") const {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    inet_pton(AF_INET, source, &from.sin_addr);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<std::uint16_t>(server_->tcp_port()));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+        connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  // Whether the server ends the connection (EOF or a reset) within `ms`.
+  static bool EndsWithin(int fd, int ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < until) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      char buf[4096];
+      if (read(fd, buf, sizeof(buf)) <= 0) return true;
+    }
+    return false;
+  }
+
+  // GetInfo over the Unix socket (an admin, always let in).
+  v1::ControlStats UnixStats() const {
+    auto stub = v1::RuntimeControl::NewStub(
+        grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials()));
+    v1::GetInfoResponse info;
+    EXPECT_EQ(GetInfo(*stub, "", &info), grpc::StatusCode::OK);
+    return info.control();
   }
 
   FakeCore core_;
@@ -437,6 +484,135 @@ TEST_F(TlsServerTest, IdleConnectionsAreClosed) {
          channel->WaitForStateChange(GRPC_CHANNEL_READY, until)) {
   }
   EXPECT_NE(channel->GetState(false), GRPC_CHANNEL_READY);
+}
+
+TEST_F(TlsServerTest, OpenConnectionsAreCappedInAllAndPerAddress) {
+  ServerOptions options;
+  options.tcp = Tcp();
+  options.connections.max_connections = 4;
+  options.connections.max_per_peer = 3;
+  ASSERT_TRUE(Start(std::move(options)).ok());
+  std::vector<int> held;
+  for (int i = 0; i < 3; ++i) held.push_back(Connect("127.0.0.1"));
+  for (int fd : held) ASSERT_GE(fd, 0);
+  // The listener takes them in order: wait until all three are counted.
+  for (int i = 0; i < 200 && UnixStats().open_tcp_connections() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(UnixStats().open_tcp_connections(), 3u);
+  const int fourth_same = Connect("127.0.0.1");
+  ASSERT_GE(fourth_same, 0);
+  EXPECT_TRUE(EndsWithin(fourth_same, 2000)) << "a 4th connection from one address was kept";
+  const int other = Connect("127.0.0.2");
+  ASSERT_GE(other, 0);
+  EXPECT_FALSE(EndsWithin(other, 300)) << "another address was refused under the caps";
+  // A 5th in all: the oldest connection that has not authenticated makes
+  // room for it.
+  const int fifth = Connect("127.0.0.3");
+  ASSERT_GE(fifth, 0);
+  EXPECT_TRUE(EndsWithin(held.front(), 2000)) << "the oldest unauthenticated one was kept";
+  EXPECT_FALSE(EndsWithin(fifth, 300)) << "a newcomer found no room";
+  close(held.front());
+  held.erase(held.begin());
+  const v1::ControlStats stats = UnixStats();
+  EXPECT_EQ(stats.open_tcp_connections(), 4u);
+  EXPECT_EQ(stats.refused_connections(), 2u);
+  bool named = false;
+  for (const v1::PeerRefusals& p : stats.refusals()) {
+    // The 4th refused, then the 1st closed to make room.
+    if (p.peer() == "ipv4:127.0.0.1" && p.refused_connections() == 2 &&
+        p.last_reason().find("the oldest connection without a valid token") !=
+            std::string::npos) {
+      named = true;
+    }
+  }
+  EXPECT_TRUE(named) << "the refusals are not counted under 127.0.0.1 with their reason";
+  // A place frees up when a connection ends, and a real client gets it.
+  close(held.back());
+  held.pop_back();
+  for (int i = 0; i < 100 && UnixStats().open_tcp_connections() > 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(UnixStats().open_tcp_connections(), 3u);
+  auto stub = v1::RuntimeControl::NewStub(TlsChannel());
+  EXPECT_EQ(GetInfo(*stub, std::string("Bearer ") + kAdminToken), grpc::StatusCode::OK);
+  for (int fd : held) close(fd);
+  close(fourth_same);
+  close(other);
+  close(fifth);
+}
+
+TEST_F(TlsServerTest, ConnectionsWithoutAnAuthenticatedCallAreClosed) {
+  ServerOptions options;
+  options.tcp = Tcp();
+  options.connections.first_call_deadline = std::chrono::milliseconds(400);
+  ASSERT_TRUE(Start(std::move(options)).ok());
+  // A silent peer (gRPC's own handshake timeout is 10 s here).
+  const int silent = Connect();
+  ASSERT_GE(silent, 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(EndsWithin(silent, 5000));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  close(silent);
+  // TLS and calls with a wrong token: closed at the deadline all the same.
+  auto wrong_channel = TlsChannel();
+  auto wrong = v1::RuntimeControl::NewStub(wrong_channel);
+  EXPECT_EQ(GetInfo(*wrong, "Bearer not-the-token-at-all-0123"),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // One call with the token, then quiet past the deadline: kept.
+  auto good_channel = TlsChannel();
+  auto good = v1::RuntimeControl::NewStub(good_channel);
+  const std::string admin = std::string("Bearer ") + kAdminToken;
+  EXPECT_EQ(GetInfo(*good, admin), grpc::StatusCode::OK);
+  const auto until = std::chrono::system_clock::now() + std::chrono::seconds(5);
+  while (wrong_channel->GetState(false) == GRPC_CHANNEL_READY &&
+         wrong_channel->WaitForStateChange(GRPC_CHANNEL_READY, until)) {
+  }
+  EXPECT_NE(wrong_channel->GetState(false), GRPC_CHANNEL_READY);
+  EXPECT_EQ(good_channel->GetState(false), GRPC_CHANNEL_READY);
+  v1::GetInfoResponse info;
+  EXPECT_EQ(GetInfo(*good, admin, &info), grpc::StatusCode::OK);
+  EXPECT_EQ(info.control().open_tcp_connections(), 1u);
+  EXPECT_EQ(info.control().refused_connections(), 2u);
+}
+
+TEST_F(TlsServerTest, TheListenerAcceptsAgainOnceDescriptorsAreBack) {
+  ASSERT_TRUE(Start(Tcp()).ok());
+  auto stub = v1::RuntimeControl::NewStub(TlsChannel());
+  const std::string admin = std::string("Bearer ") + kAdminToken;
+  // Sockets made first: connecting needs no new descriptor.
+  std::vector<int> waiting;
+  for (int i = 0; i < 4; ++i) waiting.push_back(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit tight = saved;
+  tight.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  std::vector<int> hogs;
+  while (true) {
+    const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    hogs.push_back(fd);
+  }
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(server_->tcp_port()));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int shed = 0;
+  for (int fd : waiting) {
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    if (EndsWithin(fd, 2000)) ++shed;
+  }
+  for (int fd : hogs) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  for (int fd : waiting) close(fd);
+  // Every connection that came while none was free was shed at once, not
+  // left hanging in the backlog.
+  EXPECT_EQ(shed, 4);
+  // And the listener is still there: a real client gets in at once.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(GetInfo(*stub, admin), grpc::StatusCode::OK);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
 TEST_F(TlsServerTest, RefusesTcpWithoutTlsOrTokens) {

@@ -96,6 +96,8 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::Get
   v1::ControlStats* control = response->mutable_control();
   control->set_refused_connections(hooks_.refused_connections ? hooks_.refused_connections()
                                                               : 0);
+  control->set_open_tcp_connections(
+      static_cast<uint32_t>(hooks_.open_connections ? hooks_.open_connections() : 0));
   control->set_watchers(static_cast<uint32_t>(watchers()));
   control->set_draining(draining_.load(std::memory_order_relaxed));
   control->set_rejected_calls(refusals_->total(RefusalKind::kUnauthenticated) +

@@ -29,6 +29,8 @@ struct ServiceHooks {
   std::function<std::string(const grpc::ServerContext&)> identify;
   // Connections the listener refused (GetInfo's control stats).
   std::function<std::uint64_t()> refused_connections;
+  // TCP connections open now (GetInfo's control stats).
+  std::function<int()> open_connections;
   // Where audit lines go (default: stderr).
   std::function<void(const std::string&)> audit;
   // What the caller of a call may do (default: everything); for kNone,
