@@ -17,13 +17,22 @@ ConnectionTable::~ConnectionTable() {
   for (auto& [peer, e] : by_peer_) close(e.watch_fd);
 }
 
+ConnectionTable::Entries::iterator ConnectionTable::Forget(Entries::iterator it) {
+  const Entry& e = it->second;
+  close(e.watch_fd);
+  if (!e.authenticated && --per_host_[e.host] <= 0) per_host_.erase(e.host);
+  return by_peer_.erase(it);
+}
+
 bool ConnectionTable::MayOpen(std::string_view host, std::string* why,
                               std::vector<Expired>* evicted) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = per_host_.find(host);
   if (it != per_host_.end() && it->second >= limits_.max_per_peer) {
     if (why != nullptr) {
-      *why = absl::StrCat(it->second, " connections are open from this address (the cap is ",
+      *why = absl::StrCat(it->second,
+                          " connections from this address are open without a valid token yet "
+                          "(the cap is ",
                           limits_.max_per_peer, ")");
     }
     return false;
@@ -44,12 +53,9 @@ bool ConnectionTable::MayOpen(std::string_view host, std::string* why,
     }
     return false;
   }
-  Entry& e = oldest->second;
-  shutdown(e.watch_fd, SHUT_RDWR);
-  close(e.watch_fd);
-  evicted->push_back({e.peer, e.host});
-  if (--per_host_[e.host] <= 0) per_host_.erase(e.host);
-  by_peer_.erase(oldest);
+  shutdown(oldest->second.watch_fd, SHUT_RDWR);
+  evicted->push_back({oldest->second.peer, oldest->second.host});
+  Forget(oldest);
   return true;
 }
 
@@ -72,11 +78,9 @@ void ConnectionTable::Add(std::string peer, std::string host, int watch_fd, int 
   if (old != by_peer_.end()) {
     // The same peer string again: the earlier connection is gone (its
     // descriptor number or its address and port were reused).
-    close(old->second.watch_fd);
-    if (--per_host_[old->second.host] <= 0) per_host_.erase(old->second.host);
-    by_peer_.erase(old);
+    Forget(old);
   }
-  ++per_host_[e.host];
+  if (!e.authenticated) ++per_host_[e.host];
   e.order = ++added_;
   std::string key = e.peer;
   by_peer_.emplace(std::move(key), std::move(e));
@@ -85,7 +89,9 @@ void ConnectionTable::Add(std::string peer, std::string host, int watch_fd, int 
 void ConnectionTable::MarkAuthenticated(std::string_view peer) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_peer_.find(peer);
-  if (it != by_peer_.end()) it->second.authenticated = true;
+  if (it == by_peer_.end() || it->second.authenticated) return;
+  it->second.authenticated = true;
+  if (--per_host_[it->second.host] <= 0) per_host_.erase(it->second.host);
 }
 
 bool ConnectionTable::StillServed(const Entry& e) {
@@ -109,9 +115,7 @@ std::vector<ConnectionTable::Expired> ConnectionTable::Sweep(Clock::time_point n
       shutdown(e.watch_fd, SHUT_RDWR);
       expired.push_back({e.peer, e.host});
     }
-    close(e.watch_fd);
-    if (--per_host_[e.host] <= 0) per_host_.erase(e.host);
-    it = by_peer_.erase(it);
+    it = Forget(it);
   }
   return expired;
 }

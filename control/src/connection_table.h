@@ -28,7 +28,9 @@ namespace mt::control {
 struct ConnectionLimits {
   // Connections open at once, all peers together.
   int max_connections = 64;
-  // Connections open at once from one peer address.
+  // Connections open at once from one peer address that have not yet
+  // made a call with a valid token. (Authenticated ones do not count:
+  // many clients may share an address, 127.0.0.1 or a NAT's.)
   int max_per_peer = 8;
   // From accept to the first call that carries a valid token; a
   // connection that has made none by then is shut down. Covers the TLS
@@ -78,6 +80,7 @@ class ConnectionTable {
   std::vector<Expired> Sweep(Clock::time_point now = Clock::now());
 
   int open() const;
+  // Connections from `host` not yet authenticated.
   int open_from(std::string_view host) const;
 
  private:
@@ -92,13 +95,17 @@ class ConnectionTable {
     Clock::time_point deadline;
     std::uint64_t order = 0;  // Accept order, for eviction.
   };
+  using Entries = std::map<std::string, Entry, std::less<>>;
   // Whether the descriptor gRPC was given still refers to this socket.
   static bool StillServed(const Entry& e);
+  // Drops an entry (closing its duplicate) under mu_.
+  Entries::iterator Forget(Entries::iterator it);
 
   const ConnectionLimits limits_;
   mutable std::mutex mu_;
-  std::map<std::string, Entry, std::less<>> by_peer_;  // Guarded by mu_.
-  std::map<std::string, int, std::less<>> per_host_;   // Guarded by mu_.
+  Entries by_peer_;  // Guarded by mu_.
+  // Unauthenticated connections by host; guarded by mu_.
+  std::map<std::string, int, std::less<>> per_host_;
   std::uint64_t added_ = 0;                            // Guarded by mu_.
 };
 

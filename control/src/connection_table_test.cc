@@ -48,13 +48,19 @@ TEST(ConnectionTableTest, CapsInAllAndPerPeer) {
   table.Add("ipv4:10.0.0.1:1", "ipv4:10.0.0.1", a1.Watch(), a1.served, false);
   table.Add("ipv4:10.0.0.1:2", "ipv4:10.0.0.1", a2.Watch(), a2.served, false);
   EXPECT_FALSE(table.MayOpen("ipv4:10.0.0.1", &why));
-  EXPECT_NE(why.find("from this address (the cap is 2)"), std::string::npos) << why;
+  EXPECT_NE(why.find("without a valid token yet (the cap is 2)"), std::string::npos) << why;
+  // Once one has authenticated, the address has room again.
+  table.MarkAuthenticated("ipv4:10.0.0.1:1");
+  EXPECT_EQ(table.open_from("ipv4:10.0.0.1"), 1);
+  EXPECT_TRUE(table.MayOpen("ipv4:10.0.0.1", &why));
+  table.MarkAuthenticated("ipv4:10.0.0.1:2");
   EXPECT_TRUE(table.MayOpen("ipv4:10.0.0.2", &why));
   table.Add("ipv4:10.0.0.2:1", "ipv4:10.0.0.2", b1.Watch(), b1.served, false);
   EXPECT_FALSE(table.MayOpen("ipv4:10.0.0.3", &why));
   EXPECT_NE(why.find("(the cap is 3)"), std::string::npos) << why;
   EXPECT_EQ(table.open(), 3);
-  EXPECT_EQ(table.open_from("ipv4:10.0.0.1"), 2);
+  EXPECT_EQ(table.open_from("ipv4:10.0.0.1"), 0);
+  EXPECT_EQ(table.open_from("ipv4:10.0.0.2"), 1);
 }
 
 TEST(ConnectionTableTest, AFullTableMakesRoomByClosingTheOldestUnauthenticated) {
@@ -129,8 +135,8 @@ TEST(ConnectionTableTest, UnauthenticatedConnectionsEndAtTheDeadline) {
 TEST(ConnectionTableTest, APeerStringSeenAgainReplacesTheOldEntry) {
   ConnectionTable table;
   Pair a, b;
-  table.Add("fd:7", "uid=0", a.Watch(), a.served, true);
-  table.Add("fd:7", "uid=0", b.Watch(), b.served, true);
+  table.Add("fd:7", "uid=0", a.Watch(), a.served, false);
+  table.Add("fd:7", "uid=0", b.Watch(), b.served, false);
   EXPECT_EQ(table.open(), 1);
   EXPECT_EQ(table.open_from("uid=0"), 1);
 }

@@ -506,6 +506,9 @@ def test_a_refusal_flood_is_logged_at_a_bounded_rate_with_exact_counts(tls_servi
     statuses = _grpc_calls_over_tls(svc.control_tcp_port, ca, "/grpc.health.v1.Health/Check",
                                     calls)
     assert statuses == [UNAUTHENTICATED] * calls
+    # A second apart: the rate limit lets some lines of the second flood
+    # through however fast the first ran.
+    time.sleep(1)
     statuses = _grpc_calls_over_tls(svc.control_tcp_port, ca,
                                     "/mt.control.v1.RuntimeControl/GetInfo", calls,
                                     authorization="Bearer " + "0123456789abcdef" * 2)
@@ -655,3 +658,105 @@ def test_a_read_only_client_that_never_reads_cannot_starve_the_admin(tls_service
     finally:
         for sock in attackers:
             sock.close()
+
+
+# --- before authentication: connections that never make a call -----------------
+
+
+def _open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _silent_peers(port, count, addresses):
+    """`count` plain TCP connections to `port` from `addresses` sources of
+    127.0.1.0/24, round robin, that never send a byte."""
+    socks = []
+    for i in range(count):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((f"127.0.1.{i % addresses + 1}", 0))
+        s.settimeout(WAIT)
+        s.connect(("127.0.0.1", port))
+        socks.append(s)
+    return socks
+
+
+def test_hundreds_of_silent_tcp_peers_hold_at_most_the_cap_and_leave_nothing(
+        tls_service, tls_files):
+    # 500 idle connections used to stay open indefinitely and, with the
+    # descriptor limit at 256, to take the listener down for good.
+    svc = tls_service
+    admin = os.path.join(tls_files, "admin.token")
+    assert _over_tls(svc, tls_files, admin, "info").returncode == 0
+    time.sleep(0.5)
+    baseline = _open_fds(svc.pid)
+    refused_before = int(svc.json("info")["control"].get("refused_connections", 0))
+    socks = _silent_peers(svc.control_tcp_port, 500, addresses=100)
+    try:
+        time.sleep(0.5)
+        start = time.monotonic()
+        info = svc.json("info")["control"]
+        assert time.monotonic() - start < 1.0
+        assert int(info.get("open_tcp_connections", 0)) <= 64, info
+        # Two descriptors per kept connection (gRPC's and the listener's).
+        assert _open_fds(svc.pid) <= baseline + 2 * 64 + 8
+        # Refused at accept or closed to make room: every one counted.
+        assert int(info["refused_connections"]) - refused_before >= 500 - 64
+        # An operator still gets in over TLS: the oldest silent connection
+        # makes room.
+        start = time.monotonic()
+        out = _over_tls(svc, tls_files, admin, "info")
+        assert out.returncode == 0, out.stderr
+        assert time.monotonic() - start < 2.0
+    finally:
+        for s in socks:
+            s.close()
+    # Gone with the attackers: the listener's duplicates and gRPC's own.
+    deadline = time.monotonic() + 5
+    while _open_fds(svc.pid) > baseline + 2:
+        assert time.monotonic() < deadline, (_open_fds(svc.pid), baseline)
+        time.sleep(0.1)
+    lines = _stderr_lines(svc, r"(refused|closed) a TCP connection from ipv4:127\.0\.1\.\d+", 20)
+    assert len(lines) >= 20
+
+
+def test_tls_peers_that_never_call_are_closed_at_the_first_call_deadline(
+        tls_service, tls_files):
+    # Past the TLS handshake and HTTP/2's opening (so gRPC's own handshake
+    # timeout no longer applies), then silence: only the first-call
+    # deadline ends these (gRPC would keep them 60 s, the idle limit).
+    import ssl
+
+    import h2.config
+    import h2.connection
+    svc = tls_service
+    context = ssl.create_default_context(cafile=os.path.join(tls_files, "ca.pem"))
+    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    context.set_alpn_protocols(["h2"])
+    socks = []
+    try:
+        for _ in range(4):
+            sock = context.wrap_socket(
+                socket.create_connection(("127.0.0.1", svc.control_tcp_port), timeout=WAIT),
+                server_hostname="localhost")
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            sock.sendall(conn.data_to_send())
+            socks.append(sock)
+        start = time.monotonic()
+        for sock in socks:
+            sock.settimeout(1)
+            while True:
+                assert time.monotonic() - start < 20, "a silent TLS peer was kept"
+                try:
+                    if sock.recv(65536) == b"":
+                        break
+                except (TimeoutError, socket.timeout):
+                    continue
+                except (ConnectionResetError, ssl.SSLError):
+                    break
+        assert 9 <= time.monotonic() - start < 15
+    finally:
+        for sock in socks:
+            sock.close()
+    assert _stderr_lines(svc, r"closed a TCP connection from ipv4:127\.0\.0\.1: "
+                              r"no call with a valid token within 10000 ms", 4)
