@@ -2,133 +2,131 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cstring>
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace mt::control {
 
-ConnectionTable::~ConnectionTable() {
-  for (auto& [peer, e] : by_peer_) close(e.watch_fd);
-}
+ConnectionTable::ConnectionTable(ConnectionLimits limits)
+    : limits_(limits), slots_(static_cast<std::size_t>(std::max(limits.max_connections, 1)), 0) {}
 
-ConnectionTable::Entries::iterator ConnectionTable::Forget(Entries::iterator it) {
+void ConnectionTable::Forget(std::map<Id, Entry>::iterator it) {
   const Entry& e = it->second;
-  close(e.watch_fd);
-  if (!e.authenticated && --per_host_[e.host] <= 0) per_host_.erase(e.host);
-  return by_peer_.erase(it);
+  if (!e.authenticated && --unauthenticated_[e.host] <= 0) unauthenticated_.erase(e.host);
+  if (!e.grpc_peer.empty()) by_grpc_peer_.erase(e.grpc_peer);
+  if (e.slot >= 0) slots_[static_cast<std::size_t>(e.slot)] = 0;
+  entries_.erase(it);
 }
 
-bool ConnectionTable::MayOpen(std::string_view host, std::string* why,
-                              std::vector<Expired>* evicted) {
+ConnectionTable::Admission ConnectionTable::Open(std::string address, std::string host,
+                                                 Clock::time_point now) {
+  Admission a;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = per_host_.find(host);
-  if (it != per_host_.end() && it->second >= limits_.max_per_peer) {
-    if (why != nullptr) {
-      *why = absl::StrCat(it->second,
-                          " connections from this address are open without a valid token yet "
-                          "(the cap is ",
-                          limits_.max_per_peer, ")");
-    }
-    return false;
+  auto waiting = unauthenticated_.find(host);
+  if (waiting != unauthenticated_.end() && waiting->second >= limits_.max_per_peer) {
+    a.why = absl::StrCat(waiting->second,
+                         " connections from this address are open without a valid token yet "
+                         "(the cap is ",
+                         limits_.max_per_peer, ")");
+    return a;
   }
-  if (static_cast<int>(by_peer_.size()) < limits_.max_connections) return true;
-  auto oldest = by_peer_.end();
-  for (auto e = by_peer_.begin(); e != by_peer_.end(); ++e) {
-    if (!e->second.authenticated &&
-        (oldest == by_peer_.end() || e->second.order < oldest->second.order)) {
-      oldest = e;
+  if (entries_.size() >= slots_.size()) {
+    // Entries are in accept order: the first unauthenticated is the oldest.
+    auto oldest = entries_.begin();
+    while (oldest != entries_.end() && oldest->second.authenticated) ++oldest;
+    if (oldest == entries_.end()) {
+      a.why = absl::StrCat(entries_.size(), " control connections are open (the cap is ",
+                           slots_.size(), "), all of them authenticated");
+      return a;
     }
+    a.evicted.push_back(oldest->first);
+    Forget(oldest);
   }
-  if (oldest == by_peer_.end() || evicted == nullptr) {
-    if (why != nullptr) {
-      *why = absl::StrCat(by_peer_.size(), " control connections are open (the cap is ",
-                          limits_.max_connections, ")",
-                          oldest == by_peer_.end() ? ", all of them authenticated" : "");
-    }
-    return false;
-  }
-  shutdown(oldest->second.watch_fd, SHUT_RDWR);
-  evicted->push_back({oldest->second.peer, oldest->second.host});
-  Forget(oldest);
-  return true;
-}
-
-void ConnectionTable::Add(std::string peer, std::string host, int watch_fd, int served_fd,
-                          bool authenticated, Clock::time_point now) {
+  std::size_t slot = 0;
+  while (slots_[slot] != 0) ++slot;  // One is free: fewer entries than slots.
   Entry e;
-  e.peer = std::move(peer);
+  e.address = std::move(address);
   e.host = std::move(host);
-  e.watch_fd = watch_fd;
-  e.served_fd = served_fd;
-  e.authenticated = authenticated;
+  e.slot = static_cast<int>(slot);
   e.deadline = now + limits_.first_call_deadline;
-  struct stat st {};
-  if (fstat(watch_fd, &st) == 0) {
-    e.dev = st.st_dev;
-    e.ino = st.st_ino;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  auto old = by_peer_.find(e.peer);
-  if (old != by_peer_.end()) {
-    // The same peer string again: the earlier connection is gone (its
-    // descriptor number or its address and port were reused).
-    Forget(old);
-  }
-  if (!e.authenticated) ++per_host_[e.host];
-  e.order = ++added_;
-  std::string key = e.peer;
-  by_peer_.emplace(std::move(key), std::move(e));
+  a.id = next_id_++;
+  a.slot = e.slot;
+  slots_[slot] = a.id;
+  ++unauthenticated_[e.host];
+  entries_.emplace(a.id, std::move(e));
+  return a;
 }
 
-void ConnectionTable::MarkAuthenticated(std::string_view peer) {
+void ConnectionTable::HandedOver(Id id, std::string grpc_peer, std::string subject) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_peer_.find(peer);
-  if (it == by_peer_.end() || it->second.authenticated) return;
-  it->second.authenticated = true;
-  if (--per_host_[it->second.host] <= 0) per_host_.erase(it->second.host);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  it->second.grpc_peer = grpc_peer;
+  it->second.subject = std::move(subject);
+  by_grpc_peer_[std::move(grpc_peer)] = id;
 }
 
-bool ConnectionTable::StillServed(const Entry& e) {
-  struct stat st {};
-  return fstat(e.served_fd, &st) == 0 && st.st_dev == e.dev && st.st_ino == e.ino;
+void ConnectionTable::MarkAuthenticated(std::string_view grpc_peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto found = by_grpc_peer_.find(grpc_peer);
+  if (found == by_grpc_peer_.end()) return;
+  Entry& e = entries_.at(found->second);
+  if (e.authenticated) return;
+  e.authenticated = true;
+  if (--unauthenticated_[e.host] <= 0) unauthenticated_.erase(e.host);
 }
 
-std::vector<ConnectionTable::Expired> ConnectionTable::Sweep(Clock::time_point now) {
-  std::vector<Expired> expired;
+void ConnectionTable::Close(Id id) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = by_peer_.begin(); it != by_peer_.end();) {
-    Entry& e = it->second;
-    const bool served = StillServed(e);
-    if (served && (e.authenticated || now < e.deadline)) {
-      ++it;
-      continue;
-    }
-    if (served) {
-      // Both directions: gRPC reads the end of the stream and closes its
-      // descriptor, and the peer sees the connection end.
-      shutdown(e.watch_fd, SHUT_RDWR);
-      expired.push_back({e.peer, e.host});
-    }
-    it = Forget(it);
+  auto it = entries_.find(id);
+  if (it != entries_.end()) Forget(it);
+}
+
+std::vector<ConnectionTable::Id> ConnectionTable::Overdue(Clock::time_point now) const {
+  std::vector<Id> overdue;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, e] : entries_) {
+    if (!e.authenticated && now >= e.deadline) overdue.push_back(id);
   }
-  return expired;
+  return overdue;
+}
+
+std::optional<TlsPeer> ConnectionTable::ByGrpcPeer(std::string_view grpc_peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto found = by_grpc_peer_.find(grpc_peer);
+  if (found == by_grpc_peer_.end()) return std::nullopt;
+  const Entry& e = entries_.at(found->second);
+  return TlsPeer{e.address, e.subject};
+}
+
+std::optional<TlsPeer> ConnectionTable::BySlot(int slot) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slot < 0 || static_cast<std::size_t>(slot) >= slots_.size() ||
+      slots_[static_cast<std::size_t>(slot)] == 0) {
+    return std::nullopt;
+  }
+  const Entry& e = entries_.at(slots_[static_cast<std::size_t>(slot)]);
+  return TlsPeer{e.address, e.subject};
+}
+
+TlsPeer ConnectionTable::Describe(Id id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  return it == entries_.end() ? TlsPeer{} : TlsPeer{it->second.address, it->second.subject};
 }
 
 int ConnectionTable::open() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(by_peer_.size());
+  return static_cast<int>(entries_.size());
 }
 
-int ConnectionTable::open_from(std::string_view host) const {
+int ConnectionTable::unauthenticated_from(std::string_view host) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = per_host_.find(host);
-  return it == per_host_.end() ? 0 : it->second;
+  auto it = unauthenticated_.find(host);
+  return it == unauthenticated_.end() ? 0 : it->second;
 }
 
 std::string PeerString(const void* sockaddr, socklen_t len, std::string* host) {

@@ -1,24 +1,23 @@
-// The control plane's open connections, for the listeners that accept
-// them: caps on how many may be open (in all and per peer address), and a
-// deadline by which a connection must have made an authenticated call.
+// The TCP listener's connections: caps on how many may be open (in all and
+// per peer address before they authenticate), the deadlines each must
+// meet, and who is behind each one once gRPC serves it.
 //
-// The listeners accept each connection themselves and hand it to gRPC,
-// which owns the descriptor from then on and closes it when it likes. So
-// the table keeps a duplicate of each descriptor (the same socket under a
-// number of our own): through it a connection past its deadline is shut
-// down (gRPC then sees the end and closes its side), and the socket's
-// identity (device and inode) tells whether gRPC still holds it.
+// The listener terminates TLS and hands gRPC a local socket per
+// connection; gRPC then knows the connection only by that socket's name
+// (its peer string) and by the acceptor it came through (its slot). The
+// table answers, for either, which address and client certificate the
+// connection has, so the token check and the handlers can name the peer.
 
 #ifndef MT_ASYNCIO_CONTROL_SRC_CONNECTION_TABLE_H_
 #define MT_ASYNCIO_CONTROL_SRC_CONNECTION_TABLE_H_
 
 #include <sys/socket.h>
-#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,87 +25,99 @@
 namespace mt::control {
 
 struct ConnectionLimits {
-  // Connections open at once, all peers together.
+  // Connections open at once, all peers together. Each costs three
+  // descriptors (the peer's socket and the local pair to gRPC).
   int max_connections = 64;
   // Connections open at once from one peer address that have not yet
   // made a call with a valid token. (Authenticated ones do not count:
   // many clients may share an address, 127.0.0.1 or a NAT's.)
   int max_per_peer = 8;
-  // From accept to the first call that carries a valid token; a
-  // connection that has made none by then is shut down. Covers the TLS
-  // handshake (which gRPC bounds on its own too).
+  // From accept to the end of the TLS handshake.
+  std::chrono::milliseconds handshake_deadline{10'000};
+  // From accept to the first call that carries a valid token.
   std::chrono::milliseconds first_call_deadline{10'000};
+  // How long bytes for the peer may wait for it to read them.
+  std::chrono::milliseconds write_deadline{10'000};
 };
 
-class ConnectionTable {
+// Who is behind a connection the listener serves.
+struct TlsPeer {
+  std::string address;  // gRPC's form: "ipv4:10.0.0.2:51234".
+  std::string subject;  // The client certificate's subject, or "".
+};
+
+// Lookups for the token check and the handlers (on gRPC's threads).
+class TlsPeers {
+ public:
+  virtual ~TlsPeers() = default;
+  // By the peer string of a call on a connection the listener handed over.
+  virtual std::optional<TlsPeer> ByGrpcPeer(std::string_view grpc_peer) const = 0;
+  // By the acceptor slot the connection was handed over through.
+  virtual std::optional<TlsPeer> BySlot(int slot) const = 0;
+};
+
+class ConnectionTable final : public TlsPeers {
  public:
   using Clock = std::chrono::steady_clock;
+  using Id = std::uint64_t;
 
-  explicit ConnectionTable(ConnectionLimits limits = {}) : limits_(limits) {}
-  ~ConnectionTable();
-  ConnectionTable(const ConnectionTable&) = delete;
-  ConnectionTable& operator=(const ConnectionTable&) = delete;
+  explicit ConnectionTable(ConnectionLimits limits = {});
 
   const ConnectionLimits& limits() const { return limits_; }
 
-  struct Expired {
-    std::string peer;
-    std::string host;
+  struct Admission {
+    Id id = 0;
+    int slot = -1;               // -1: refused, `why` says why.
+    std::vector<Id> evicted;     // Connections to close to make room.
+    std::string why;
+    bool admitted() const { return slot >= 0; }
   };
+  // A new connection from `address` (`host`: the address without its
+  // port). When only the total cap is full, the oldest connection that
+  // has not yet authenticated gives up its place (returned in `evicted`,
+  // already forgotten): peers that connect and wait can delay a newcomer,
+  // never lock it out. Authenticated connections are never evicted.
+  Admission Open(std::string address, std::string host, Clock::time_point now = Clock::now());
 
-  // Whether one more connection from `host` fits under the caps; if not,
-  // `why` says which cap it would pass. When only the total cap is full,
-  // the oldest connection that has not yet authenticated gives up its
-  // place (it is shut down and returned in `evicted`): peers that connect
-  // and wait can delay a newcomer, never lock it out. Authenticated
-  // connections are never evicted.
-  bool MayOpen(std::string_view host, std::string* why, std::vector<Expired>* evicted = nullptr);
+  // The connection is handed to gRPC: its calls carry `grpc_peer`.
+  void HandedOver(Id id, std::string grpc_peer, std::string subject);
+  // A call with a valid token arrived on the connection `grpc_peer` names.
+  void MarkAuthenticated(std::string_view grpc_peer);
+  // The connection is closed.
+  void Close(Id id);
 
-  // Starts tracking a connection that `served_fd` (the descriptor gRPC
-  // will own) reaches, by way of `watch_fd`, a duplicate the table now
-  // owns. `peer` is the peer string gRPC will give its calls
-  // ("ipv4:10.0.0.2:51234"), `host` the address without its port.
-  // `authenticated`: no call has to prove anything (the Unix socket,
-  // whose peer's uid the listener checked).
-  void Add(std::string peer, std::string host, int watch_fd, int served_fd,
-           bool authenticated, Clock::time_point now = Clock::now());
+  // Connections past the first-call deadline without an authenticated call.
+  std::vector<Id> Overdue(Clock::time_point now = Clock::now()) const;
 
-  // A call with a valid token arrived on the connection `peer` names.
-  void MarkAuthenticated(std::string_view peer);
-
-  // Forgets the connections gRPC has closed (closing their duplicates)
-  // and shuts down those past their deadline without an authenticated
-  // call, returning them.
-  std::vector<Expired> Sweep(Clock::time_point now = Clock::now());
+  std::optional<TlsPeer> ByGrpcPeer(std::string_view grpc_peer) const override;
+  std::optional<TlsPeer> BySlot(int slot) const override;
+  // The address and subject of a connection, for log lines.
+  TlsPeer Describe(Id id) const;
 
   int open() const;
   // Connections from `host` not yet authenticated.
-  int open_from(std::string_view host) const;
+  int unauthenticated_from(std::string_view host) const;
 
  private:
   struct Entry {
-    std::string peer;
+    std::string address;
     std::string host;
-    int watch_fd = -1;
-    int served_fd = -1;
-    dev_t dev = 0;
-    ino_t ino = 0;
+    std::string grpc_peer;
+    std::string subject;
+    int slot = -1;
     bool authenticated = false;
     Clock::time_point deadline;
-    std::uint64_t order = 0;  // Accept order, for eviction.
   };
-  using Entries = std::map<std::string, Entry, std::less<>>;
-  // Whether the descriptor gRPC was given still refers to this socket.
-  static bool StillServed(const Entry& e);
-  // Drops an entry (closing its duplicate) under mu_.
-  Entries::iterator Forget(Entries::iterator it);
+  // Drops an entry, under mu_.
+  void Forget(std::map<Id, Entry>::iterator it);
 
   const ConnectionLimits limits_;
   mutable std::mutex mu_;
-  Entries by_peer_;  // Guarded by mu_.
-  // Unauthenticated connections by host; guarded by mu_.
-  std::map<std::string, int, std::less<>> per_host_;
-  std::uint64_t added_ = 0;                            // Guarded by mu_.
+  std::map<Id, Entry> entries_;                             // Guarded by mu_; by accept order.
+  std::map<std::string, Id, std::less<>> by_grpc_peer_;     // Guarded by mu_.
+  std::vector<Id> slots_;                                   // 0: free; guarded by mu_.
+  std::map<std::string, int, std::less<>> unauthenticated_;  // By host; guarded by mu_.
+  Id next_id_ = 1;                                          // Guarded by mu_.
 };
 
 // gRPC's peer string for a socket address ("ipv4:10.0.0.2:51234",

@@ -1,13 +1,10 @@
 #include "control/src/connection_table.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <cstring>
 #include <string>
 
 namespace mt::control {
@@ -15,130 +12,77 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A connected pair: `served` plays the descriptor gRPC owns, `peer` the
-// client's end.
-struct Pair {
-  int served = -1;
-  int peer = -1;
-  Pair() {
-    int fds[2];
-    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-    served = fds[0];
-    peer = fds[1];
-  }
-  ~Pair() {
-    if (served >= 0) close(served);
-    if (peer >= 0) close(peer);
-  }
-  int Watch() const { return fcntl(served, F_DUPFD_CLOEXEC, 0); }
-};
-
-// What the client's end reads: 0 once the connection is shut down, -1
-// (EAGAIN) while it is open.
-ssize_t PeerRead(const Pair& p) {
-  char c;
-  return recv(p.peer, &c, 1, MSG_DONTWAIT);
-}
-
-TEST(ConnectionTableTest, CapsInAllAndPerPeer) {
+TEST(ConnectionTableTest, CapsInAllAndPerAddressBeforeAuthentication) {
   ConnectionTable table({.max_connections = 3, .max_per_peer = 2});
-  Pair a1, a2, b1, c1;
-  std::string why;
-  EXPECT_TRUE(table.MayOpen("ipv4:10.0.0.1", &why));
-  table.Add("ipv4:10.0.0.1:1", "ipv4:10.0.0.1", a1.Watch(), a1.served, false);
-  table.Add("ipv4:10.0.0.1:2", "ipv4:10.0.0.1", a2.Watch(), a2.served, false);
-  EXPECT_FALSE(table.MayOpen("ipv4:10.0.0.1", &why));
-  EXPECT_NE(why.find("without a valid token yet (the cap is 2)"), std::string::npos) << why;
+  const auto a1 = table.Open("ipv4:10.0.0.1:1", "ipv4:10.0.0.1");
+  const auto a2 = table.Open("ipv4:10.0.0.1:2", "ipv4:10.0.0.1");
+  ASSERT_TRUE(a1.admitted() && a2.admitted());
+  EXPECT_NE(a1.slot, a2.slot);
+  const auto a3 = table.Open("ipv4:10.0.0.1:3", "ipv4:10.0.0.1");
+  EXPECT_FALSE(a3.admitted());
+  EXPECT_NE(a3.why.find("without a valid token yet (the cap is 2)"), std::string::npos) << a3.why;
   // Once one has authenticated, the address has room again.
-  table.MarkAuthenticated("ipv4:10.0.0.1:1");
-  EXPECT_EQ(table.open_from("ipv4:10.0.0.1"), 1);
-  EXPECT_TRUE(table.MayOpen("ipv4:10.0.0.1", &why));
-  table.MarkAuthenticated("ipv4:10.0.0.1:2");
-  EXPECT_TRUE(table.MayOpen("ipv4:10.0.0.2", &why));
-  table.Add("ipv4:10.0.0.2:1", "ipv4:10.0.0.2", b1.Watch(), b1.served, false);
-  EXPECT_FALSE(table.MayOpen("ipv4:10.0.0.3", &why));
-  EXPECT_NE(why.find("(the cap is 3)"), std::string::npos) << why;
+  table.HandedOver(a1.id, "unix-abstract:a1", "CN=ops");
+  table.MarkAuthenticated("unix-abstract:a1");
+  table.MarkAuthenticated("unix-abstract:unknown");  // Nothing happens.
+  EXPECT_EQ(table.unauthenticated_from("ipv4:10.0.0.1"), 1);
+  EXPECT_TRUE(table.Open("ipv4:10.0.0.1:4", "ipv4:10.0.0.1").admitted());
   EXPECT_EQ(table.open(), 3);
-  EXPECT_EQ(table.open_from("ipv4:10.0.0.1"), 0);
-  EXPECT_EQ(table.open_from("ipv4:10.0.0.2"), 1);
 }
 
 TEST(ConnectionTableTest, AFullTableMakesRoomByClosingTheOldestUnauthenticated) {
   ConnectionTable table({.max_connections = 3, .max_per_peer = 3});
-  Pair proven, old, young, newcomer;
-  table.Add("ipv4:10.0.0.1:1", "ipv4:10.0.0.1", proven.Watch(), proven.served, false);
-  table.Add("ipv4:10.0.0.2:1", "ipv4:10.0.0.2", old.Watch(), old.served, false);
-  table.Add("ipv4:10.0.0.3:1", "ipv4:10.0.0.3", young.Watch(), young.served, false);
-  table.MarkAuthenticated("ipv4:10.0.0.1:1");
-  std::string why;
-  std::vector<ConnectionTable::Expired> evicted;
-  ASSERT_TRUE(table.MayOpen("ipv4:10.0.0.4", &why, &evicted));
-  ASSERT_EQ(evicted.size(), 1u);
-  EXPECT_EQ(evicted[0].peer, "ipv4:10.0.0.2:1");
-  EXPECT_EQ(PeerRead(old), 0);
-  EXPECT_EQ(PeerRead(proven), -1);
-  EXPECT_EQ(PeerRead(young), -1);
-  table.Add("ipv4:10.0.0.4:1", "ipv4:10.0.0.4", newcomer.Watch(), newcomer.served, false);
-  table.MarkAuthenticated("ipv4:10.0.0.3:1");
-  table.MarkAuthenticated("ipv4:10.0.0.4:1");
-  // Every place held by an authenticated connection: refused.
-  evicted.clear();
-  EXPECT_FALSE(table.MayOpen("ipv4:10.0.0.5", &why, &evicted));
-  EXPECT_TRUE(evicted.empty());
-  EXPECT_NE(why.find("all of them authenticated"), std::string::npos) << why;
-  EXPECT_EQ(table.open(), 3);
+  const auto proven = table.Open("ipv4:10.0.0.1:1", "ipv4:10.0.0.1");
+  const auto old = table.Open("ipv4:10.0.0.2:1", "ipv4:10.0.0.2");
+  const auto young = table.Open("ipv4:10.0.0.3:1", "ipv4:10.0.0.3");
+  table.HandedOver(proven.id, "unix-abstract:p", "");
+  table.MarkAuthenticated("unix-abstract:p");
+  const auto newcomer = table.Open("ipv4:10.0.0.4:1", "ipv4:10.0.0.4");
+  ASSERT_TRUE(newcomer.admitted());
+  ASSERT_EQ(newcomer.evicted.size(), 1u);
+  EXPECT_EQ(newcomer.evicted[0], old.id);
+  EXPECT_EQ(newcomer.slot, old.slot);  // The evicted one's place.
+  EXPECT_EQ(table.Describe(old.id).address, "");
+  table.HandedOver(young.id, "unix-abstract:y", "");
+  table.MarkAuthenticated("unix-abstract:y");
+  table.HandedOver(newcomer.id, "unix-abstract:n", "");
+  table.MarkAuthenticated("unix-abstract:n");
+  const auto refused = table.Open("ipv4:10.0.0.5:1", "ipv4:10.0.0.5");
+  EXPECT_FALSE(refused.admitted());
+  EXPECT_TRUE(refused.evicted.empty());
+  EXPECT_NE(refused.why.find("all of them authenticated"), std::string::npos) << refused.why;
+  table.Close(young.id);
+  EXPECT_TRUE(table.Open("ipv4:10.0.0.5:1", "ipv4:10.0.0.5").admitted());
 }
 
-TEST(ConnectionTableTest, ConnectionsGrpcClosedAreForgotten) {
-  ConnectionTable table({.max_connections = 1});
-  Pair a;
-  table.Add("ipv4:10.0.0.1:1", "ipv4:10.0.0.1", a.Watch(), a.served, true);
-  EXPECT_TRUE(table.Sweep().empty());
-  EXPECT_EQ(table.open(), 1);
-  // gRPC closes its descriptor; the duplicate alone keeps the socket.
-  close(a.served);
-  // Another file takes the number: it is not the same socket.
-  const int other = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(other, 0);
-  EXPECT_TRUE(table.Sweep().empty());  // Forgotten, not expired.
-  EXPECT_EQ(table.open(), 0);
-  // With the duplicate closed too, the client sees the end.
-  EXPECT_EQ(PeerRead(a), 0);
-  close(other);
-  a.served = -1;
-}
-
-TEST(ConnectionTableTest, UnauthenticatedConnectionsEndAtTheDeadline) {
-  ConnectionTable table({.first_call_deadline = 100ms});
-  Pair quiet, proven, trusted;
-  const auto t0 = ConnectionTable::Clock::now();
-  table.Add("ipv4:10.0.0.1:1", "ipv4:10.0.0.1", quiet.Watch(), quiet.served, false, t0);
-  table.Add("ipv4:10.0.0.1:2", "ipv4:10.0.0.1", proven.Watch(), proven.served, false, t0);
-  table.Add("fd:99", "uid=0", trusted.Watch(), trusted.served, true, t0);
-  table.MarkAuthenticated("ipv4:10.0.0.1:2");
-  table.MarkAuthenticated("ipv4:10.0.0.9:1");  // Unknown: nothing happens.
-  EXPECT_TRUE(table.Sweep(t0 + 99ms).empty());
-  EXPECT_EQ(PeerRead(quiet), -1);
-  const auto expired = table.Sweep(t0 + 100ms);
-  ASSERT_EQ(expired.size(), 1u);
-  EXPECT_EQ(expired[0].peer, "ipv4:10.0.0.1:1");
-  EXPECT_EQ(expired[0].host, "ipv4:10.0.0.1");
-  // Shut down under gRPC's descriptor: both ends see it.
-  EXPECT_EQ(PeerRead(quiet), 0);
-  char c;
-  EXPECT_EQ(recv(quiet.served, &c, 1, MSG_DONTWAIT), 0);
-  EXPECT_EQ(PeerRead(proven), -1);
-  EXPECT_EQ(PeerRead(trusted), -1);
-  EXPECT_EQ(table.open(), 2);
-}
-
-TEST(ConnectionTableTest, APeerStringSeenAgainReplacesTheOldEntry) {
+TEST(ConnectionTableTest, PeersAreFoundByGrpcPeerAndBySlotUntilClosed) {
   ConnectionTable table;
-  Pair a, b;
-  table.Add("fd:7", "uid=0", a.Watch(), a.served, false);
-  table.Add("fd:7", "uid=0", b.Watch(), b.served, false);
-  EXPECT_EQ(table.open(), 1);
-  EXPECT_EQ(table.open_from("uid=0"), 1);
+  const auto a = table.Open("ipv4:10.0.0.7:99", "ipv4:10.0.0.7");
+  EXPECT_FALSE(table.ByGrpcPeer("unix-abstract:x").has_value());
+  ASSERT_TRUE(table.BySlot(a.slot).has_value());
+  EXPECT_EQ(table.BySlot(a.slot)->address, "ipv4:10.0.0.7:99");
+  table.HandedOver(a.id, "unix-abstract:x", "CN=ops");
+  ASSERT_TRUE(table.ByGrpcPeer("unix-abstract:x").has_value());
+  EXPECT_EQ(table.ByGrpcPeer("unix-abstract:x")->subject, "CN=ops");
+  EXPECT_FALSE(table.BySlot(a.slot + 1).has_value());
+  EXPECT_FALSE(table.BySlot(-1).has_value());
+  EXPECT_FALSE(table.BySlot(1000).has_value());
+  table.Close(a.id);
+  EXPECT_FALSE(table.ByGrpcPeer("unix-abstract:x").has_value());
+  EXPECT_FALSE(table.BySlot(a.slot).has_value());
+  EXPECT_EQ(table.open(), 0);
+  EXPECT_EQ(table.unauthenticated_from("ipv4:10.0.0.7"), 0);
+}
+
+TEST(ConnectionTableTest, OverdueAreThoseWithoutAnAuthenticatedCallByTheDeadline) {
+  ConnectionTable table({.first_call_deadline = 100ms});
+  const auto t0 = ConnectionTable::Clock::now();
+  const auto quiet = table.Open("ipv4:10.0.0.1:1", "ipv4:10.0.0.1", t0);
+  const auto proven = table.Open("ipv4:10.0.0.1:2", "ipv4:10.0.0.1", t0);
+  table.HandedOver(proven.id, "unix-abstract:p", "");
+  table.MarkAuthenticated("unix-abstract:p");
+  EXPECT_TRUE(table.Overdue(t0 + 99ms).empty());
+  EXPECT_EQ(table.Overdue(t0 + 100ms), std::vector<ConnectionTable::Id>{quiet.id});
 }
 
 TEST(PeerStringTest, WritesAddressesAsGrpcDoes) {

@@ -13,7 +13,6 @@
 #include <google/protobuf/descriptor.h>
 
 #include "absl/strings/str_cat.h"
-#include "control/src/tls_check.h"
 #include "grpc/health/v1/health.pb.h"
 
 namespace mt::control {
@@ -30,7 +29,7 @@ absl::Status CheckTcpOptions(const TcpOptions& tcp) {
   if (tcp.tokens.admin == tcp.tokens.read_only) {
     return absl::InvalidArgumentError("the read-only token must differ from the admin token");
   }
-  return CheckServerTls(tcp.cert_chain_pem, tcp.private_key_pem, tcp.client_ca_pem);
+  return absl::OkStatus();
 }
 
 // "/mt.control.v1.RuntimeControl/GetInfo" and the like: the methods whose
@@ -59,15 +58,21 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   if (!listener.ok()) return listener.status();
   self->listener_ = *std::move(listener);
   if (options.tcp) {
+    const TcpOptions& tcp_options = *options.tcp;
+    absl::StatusOr<std::unique_ptr<TlsContext>> tls = TlsContext::Create(
+        tcp_options.cert_chain_pem, tcp_options.private_key_pem, tcp_options.client_ca_pem);
+    if (!tls.ok()) return tls.status();
+    options.connections.handshake_deadline =
+        std::chrono::milliseconds(options.handshake_timeout_ms);
     absl::StatusOr<std::unique_ptr<TcpListener>> tcp =
-        TcpListener::Listen(options.tcp->address, options.connections, refusals);
+        TcpListener::Listen(tcp_options.address, *std::move(tls), options.connections,
+                            options.frames, refusals);
     if (!tcp.ok()) return tcp.status();
     self->tcp_listener_ = *std::move(tcp);
     self->tcp_port_ = self->tcp_listener_->port();
     self->tokens_ = std::make_unique<BearerTokens>(std::move(options.tcp->tokens));
-    self->processor_ = std::make_shared<BearerTokenProcessor>(self->tokens_.get(), refusals,
-                                                              ServiceMethodPaths());
   }
+  const TlsPeers* peers = self->tcp_listener_ ? &self->tcp_listener_->peers() : nullptr;
 
   ServiceHooks hooks;
   ControlServer* raw = self.get();
@@ -76,11 +81,15 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   };
   const BearerTokens* tokens = self->tokens_.get();
   PeerCredListener* l = self->listener_.get();
-  hooks.role = [tokens](const grpc::ServerContext& c, const char** why) {
-    return CallerRole(c, tokens, why);
+  hooks.role = [tokens, peers](const grpc::ServerContext& c, const char** why) {
+    return CallerRole(c, tokens, peers, why);
   };
-  hooks.identify = [l, tokens](const grpc::ServerContext& c) {
-    return IsTlsCall(c) ? DescribeTlsCaller(c, CallerRole(c, tokens)) : l->Identify(c);
+  hooks.identify = [l, tokens, peers](const grpc::ServerContext& c) {
+    return IsTlsCall(c, peers) ? DescribeTlsCaller(c, CallerRole(c, tokens, peers), peers)
+                               : l->Identify(c);
+  };
+  hooks.tls_peer = [peers](const grpc::ServerContext& c) -> std::optional<TlsPeer> {
+    return peers != nullptr ? peers->ByGrpcPeer(c.peer()) : std::nullopt;
   };
   hooks.refused_connections = [l] { return l->refused(); };
   hooks.refusals = refusals;
@@ -125,19 +134,21 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   builder.SetResourceQuota(quota);
   builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, 2);
-  if (options.tcp) {
-    const TcpOptions& tcp = *options.tcp;
-    grpc::SslServerCredentialsOptions ssl(
-        tcp.client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                                  : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    ssl.pem_root_certs = tcp.client_ca_pem;
-    ssl.pem_key_cert_pairs.push_back({tcp.private_key_pem, tcp.cert_chain_pem});
-    std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(ssl);
-    creds->SetAuthMetadataProcessor(self->processor_);
-    // The listening socket is the TcpListener's; gRPC runs the handshake
-    // and the token check on each connection it hands over.
-    self->tcp_acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
-        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds);
+  if (self->tcp_listener_ != nullptr) {
+    // The listener terminates TLS and hands gRPC each connection's
+    // plaintext over a local socket pair: local credentials, and the
+    // token check on every call. One acceptor (and processor) per
+    // connection slot, so a refusal there can name the peer: gRPC tells
+    // the processor nothing of the connection.
+    const std::set<std::string, std::less<>> handler_checked = ServiceMethodPaths();
+    for (int slot = 0; slot < self->tcp_listener_->slots(); ++slot) {
+      std::shared_ptr<grpc::ServerCredentials> creds =
+          grpc::experimental::LocalServerCredentials(UDS);
+      creds->SetAuthMetadataProcessor(std::make_shared<BearerTokenProcessor>(
+          self->tokens_.get(), refusals, handler_checked, peers, slot));
+      self->tcp_acceptors_.push_back(builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds));
+    }
   }
   self->server_ = builder.BuildAndStart();
   if (self->server_ == nullptr) {
@@ -147,7 +158,11 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   }
   self->server_->GetHealthCheckService()->SetServingStatus(true);
   self->listener_->Start(self->server_.get());
-  if (self->tcp_listener_ != nullptr) self->tcp_listener_->Start(self->tcp_acceptor_.get());
+  if (self->tcp_listener_ != nullptr) {
+    std::vector<grpc::experimental::ExternalConnectionAcceptor*> acceptors;
+    for (auto& a : self->tcp_acceptors_) acceptors.push_back(a.get());
+    self->tcp_listener_->Start(std::move(acceptors));
+  }
   return self;
 }
 
@@ -162,7 +177,7 @@ void ControlServer::Stop(double grace_seconds) {
   service_.reset();
   listener_.reset();
   tcp_listener_.reset();
-  tcp_acceptor_.reset();
+  tcp_acceptors_.clear();
   limiter_.reset();
 }
 

@@ -6,12 +6,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "control/src/call_limiter.h"
 #include "control/src/connection_table.h"
 #include "control/src/control_service.h"
 #include "control/src/peer_listener.h"
+#include "control/src/h2_inspector.h"
 #include "control/src/tcp_listener.h"
 #include "control/src/token_auth.h"
 #include "runtime/admin/admin_abi.h"
@@ -55,8 +57,11 @@ struct ServerOptions {
   // descriptor this long (gRPC's default is 120 s).
   int handshake_timeout_ms = kHandshakeTimeoutMs;
   int max_connection_idle_ms = kMaxConnectionIdleMs;
-  // Caps on open TCP connections and their first-call deadline.
+  // Caps on open TCP connections and their deadlines (the handshake's is
+  // handshake_timeout_ms).
   ConnectionLimits connections;
+  // What a TLS peer's HTTP/2 frames may do.
+  H2Limits frames;
 };
 
 // mt.control.v1, grpc.health.v1 and server reflection on the Unix socket
@@ -81,11 +86,10 @@ class ControlServer {
   std::unique_ptr<BearerTokens> tokens_;  // Stable address for the processor.
   // Before server_: the server's interceptors refer to it until it is gone.
   std::unique_ptr<CallLimiter> limiter_;
-  std::shared_ptr<BearerTokenProcessor> processor_;
   std::unique_ptr<PeerCredListener> listener_;
   std::unique_ptr<TcpListener> tcp_listener_;
-  // Hands the TCP listener's connections to the server.
-  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor_;
+  // Hand the TCP listener's connections to the server, one per slot.
+  std::vector<std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor>> tcp_acceptors_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
   int tcp_port_ = 0;

@@ -59,9 +59,10 @@ void ControlService::Audit(const grpc::ServerContext& context, const std::string
 void ControlService::Refuse(const grpc::ServerContext& context, RefusalKind kind,
                             const char* method, const char* code, const std::string& why) const {
   const std::string who = hooks_.identify ? hooks_.identify(context) : context.peer();
-  std::string subject;
-  if (const auto auth = context.auth_context(); auth != nullptr) subject = ClientSubject(*auth);
-  refusals_->Record(kind, PeerAddress(context.peer()), subject, why,
+  const std::optional<TlsPeer> peer =
+      hooks_.tls_peer ? hooks_.tls_peer(context) : std::optional<TlsPeer>();
+  refusals_->Record(kind, PeerAddress(peer ? peer->address : context.peer()),
+                    peer ? peer->subject : std::string(), why,
                     who + ": " + method + " -> " + code + " (" + why + ")");
 }
 

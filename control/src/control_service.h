@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "control/src/admin_client.h"
@@ -42,6 +43,9 @@ struct ServiceHooks {
   std::shared_ptr<RefusalLog> refusals;
   // The caps on calls in flight and the write deadline (default: none).
   CallLimiter* limiter = nullptr;
+  // Who is behind a call over TLS (the TCP listener's connection), or
+  // nullopt for the Unix socket (default: nobody).
+  std::function<std::optional<TlsPeer>(const grpc::ServerContext&)> tls_peer;
 };
 
 // mt.control.v1.RuntimeControl over the admin boundary. Handlers run on

@@ -5,7 +5,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/un.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,8 +21,13 @@
 namespace mt::control {
 namespace {
 
-// How often connections are swept (deadlines, connections gRPC closed).
-constexpr int kSweepMs = 200;
+// How often deadlines are checked.
+constexpr int kSweepMs = 100;
+// The epoll tags of the two sockets that are not connections (connection
+// ids start at 1, and tag 2 * id is its peer socket, 2 * id + 1 its
+// gRPC side).
+constexpr std::uint64_t kListenTag = 0;
+constexpr std::uint64_t kWakeTag = 1;
 // After running out of descriptors, the pause before accepting again.
 constexpr int kDescriptorBackoffMs = 50;
 
@@ -46,7 +53,8 @@ absl::Status SplitAddress(const std::string& address, std::string* host, std::st
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(
-    const std::string& address, ConnectionLimits limits, std::shared_ptr<RefusalLog> refusals) {
+    const std::string& address, std::unique_ptr<TlsContext> tls, ConnectionLimits limits,
+    H2Limits frames, std::shared_ptr<RefusalLog> refusals) {
   std::string host, port;
   if (absl::Status s = SplitAddress(address, &host, &port); !s.ok()) return s;
   addrinfo hints{};
@@ -88,30 +96,50 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(
                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   }
   const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
-    const absl::Status s = Errno("eventfd");
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (wake < 0 || ep < 0) {
+    const absl::Status s = Errno("eventfd/epoll");
     close(fd);
+    if (wake >= 0) close(wake);
+    if (ep >= 0) close(ep);
     return s;
   }
-  return std::unique_ptr<TcpListener>(
-      new TcpListener(fd, wake, bound_port, limits, std::move(refusals)));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  ev.data.u64 = kWakeTag;
+  epoll_ctl(ep, EPOLL_CTL_ADD, wake, &ev);
+  return std::unique_ptr<TcpListener>(new TcpListener(fd, wake, ep, bound_port, std::move(tls),
+                                                      limits, frames, std::move(refusals)));
 }
 
-TcpListener::TcpListener(int fd, int wake_fd, int port, ConnectionLimits limits,
-                         std::shared_ptr<RefusalLog> refusals)
-    : fd_(fd), wake_fd_(wake_fd), port_(port), table_(limits), refusals_(std::move(refusals)) {
+TcpListener::TcpListener(int fd, int wake_fd, int epoll_fd, int port,
+                         std::unique_ptr<TlsContext> tls, ConnectionLimits limits,
+                         H2Limits frames, std::shared_ptr<RefusalLog> refusals)
+    : fd_(fd),
+      wake_fd_(wake_fd),
+      epoll_fd_(epoll_fd),
+      port_(port),
+      tls_(std::move(tls)),
+      frames_(frames),
+      table_(limits),
+      refusals_(std::move(refusals)) {
   spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 TcpListener::~TcpListener() {
   Stop();
+  served_.clear();
   close(fd_);
   close(wake_fd_);
+  close(epoll_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
 }
 
-void TcpListener::Start(grpc::experimental::ExternalConnectionAcceptor* acceptor) {
-  thread_ = std::thread([this, acceptor] { AcceptLoop(acceptor); });
+void TcpListener::Start(std::vector<grpc::experimental::ExternalConnectionAcceptor*> acceptors) {
+  acceptors_ = std::move(acceptors);
+  thread_ = std::thread([this] { Loop(); });
 }
 
 void TcpListener::Stop() {
@@ -123,16 +151,18 @@ void TcpListener::Stop() {
   const std::uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
+  for (auto& [id, s] : served_) table_.Close(id);
+  served_.clear();  // Closes every socket; gRPC sees its ends close.
 }
 
-void TcpListener::Refuse(const std::string& host, const std::string& reason,
-                         std::string_view what) {
-  refusals_->Record(RefusalKind::kConnection, host, "", reason,
-                    absl::StrCat(std::string(what), " a TCP connection from ", host, ": ", reason));
+void TcpListener::Refuse(const std::string& host, const std::string& subject,
+                         const std::string& reason, std::string_view what) {
+  refusals_->Record(RefusalKind::kConnection, host, subject, reason,
+                    absl::StrCat(std::string(what), " a TCP connection from ", host,
+                                 subject.empty() ? "" : " subject=", subject, ": ", reason));
 }
 
 void TcpListener::ShedWithoutDescriptors() {
-  dropped_without_descriptors_.fetch_add(1, std::memory_order_relaxed);
   if (spare_fd_ >= 0) {
     close(spare_fd_);
     spare_fd_ = -1;
@@ -143,7 +173,8 @@ void TcpListener::ShedWithoutDescriptors() {
       std::string host;
       PeerString(&addr, len, &host);
       close(conn);
-      Refuse(host.empty() ? "unknown" : host, "the process has run out of file descriptors");
+      Refuse(host.empty() ? "unknown" : host, "", "the process has run out of file descriptors",
+             "refused");
     }
     spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   }
@@ -152,71 +183,194 @@ void TcpListener::ShedWithoutDescriptors() {
   poll(nullptr, 0, kDescriptorBackoffMs);
 }
 
-void TcpListener::AcceptLoop(grpc::experimental::ExternalConnectionAcceptor* acceptor) {
-  pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-  while (true) {
-    for (const ConnectionTable::Expired& e : table_.Sweep()) {
-      Refuse(e.host,
-             absl::StrCat("no call with a valid token within ",
-                          table_.limits().first_call_deadline.count(), " ms"),
-             "closed");
+void TcpListener::AcceptSome() {
+  // Several at a time, so a burst of connections is not held up by the
+  // connections' own work between them.
+  for (int i = 0; i < 64; ++i) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const int conn =
+        accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (conn < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        ShedWithoutDescriptors();
+      }
+      return;  // EAGAIN (nothing waiting), or a peer that already left.
     }
-    const int ready = poll(fds, 2, kSweepMs);
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      std::perror("mt_asyncio control: poll");
+    std::string host;
+    std::string address = PeerString(&addr, len, &host);
+    if (address.empty()) {
+      close(conn);
+      continue;
+    }
+    ConnectionTable::Admission admission = table_.Open(address, host);
+    for (ConnectionTable::Id evicted : admission.evicted) {
+      auto it = served_.find(evicted);
+      if (it == served_.end()) continue;
+      Refuse(it->second.host, it->second.conn->handshaken() ? it->second.conn->subject() : "",
+             absl::StrCat("the connection cap (", table_.limits().max_connections,
+                          ") is full and this was the oldest connection without a valid token"),
+             "closed");
+      served_.erase(it);
+    }
+    if (!admission.admitted()) {
+      close(conn);
+      Refuse(host, "", admission.why, "refused");
+      continue;
+    }
+    SSL* ssl = tls_->NewSession(conn);
+    if (ssl == nullptr) {
+      close(conn);
+      table_.Close(admission.id);
+      Refuse(host, "", "no memory for a TLS session", "refused");
+      continue;
+    }
+    const int one = 1;
+    setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    Served& s = served_[admission.id];
+    s.conn = std::make_unique<TlsConnection>(conn, ssl, frames_);
+    s.slot = admission.slot;
+    s.host = host;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = 2 * admission.id;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, conn, &ev);
+  }
+}
+
+void TcpListener::HandOver(ConnectionTable::Id id, Served& s) {
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) != 0) {
+    s.conn->Close("the process has run out of file descriptors");
+    return;
+  }
+  // gRPC names a connection by its peer's socket address: ours gets a
+  // name (in the abstract namespace, nothing on disk; a socket that does
+  // not listen cannot be connected to) that the table maps back to the
+  // connection.
+  const std::string name = absl::StrCat("mt_asyncio-control-", getpid(), "-", id);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (bind(pair[1], reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    close(pair[0]);
+    close(pair[1]);
+    s.conn->Close(absl::StrCat("cannot name the local socket: ", std::strerror(errno)));
+    return;
+  }
+  table_.HandedOver(id, "unix-abstract:" + name, s.conn->subject());
+  s.conn->AttachInner(pair[1]);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 2 * id + 1;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pair[1], &ev);
+  grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
+  params.fd = pair[0];  // gRPC owns it from here on (and closes it if stopped).
+  acceptors_[static_cast<std::size_t>(s.slot)]->HandleNewConnection(&params);
+}
+
+void TcpListener::Forget(ConnectionTable::Id id) {
+  auto it = served_.find(id);
+  if (it == served_.end()) return;
+  const TlsConnection& c = *it->second.conn;
+  if (c.broke_limit()) frame_limit_closes_.fetch_add(1, std::memory_order_relaxed);
+  if (!c.why().empty()) {
+    Refuse(it->second.host, c.handshaken() ? c.subject() : "", c.why(), "closed");
+  }
+  table_.Close(id);
+  served_.erase(it);  // Closes its sockets (epoll drops closed ones).
+}
+
+void TcpListener::Drive(ConnectionTable::Id id, Served& s) {
+  TlsConnection::State state = s.conn->Drive();
+  if (state == TlsConnection::State::kHandshakeDone) {
+    HandOver(id, s);
+    state = s.conn->Drive();
+  }
+  if (state == TlsConnection::State::kClosed) {
+    Forget(id);
+    return;
+  }
+  epoll_event ev{};
+  ev.events = s.conn->fd_events();
+  ev.data.u64 = 2 * id;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, s.conn->fd(), &ev);
+  if (s.conn->inner() >= 0) {
+    ev.events = s.conn->inner_events();
+    ev.data.u64 = 2 * id + 1;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, s.conn->inner(), &ev);
+  }
+}
+
+void TcpListener::Sweep() {
+  const auto now = TlsConnection::Clock::now();
+  const ConnectionLimits& limits = table_.limits();
+  std::vector<std::pair<ConnectionTable::Id, std::string>> ending;
+  for (auto& [id, s] : served_) {
+    const TlsConnection& c = *s.conn;
+    if (!c.handshaken() && now - c.accepted_at >= limits.handshake_deadline) {
+      ending.emplace_back(id, absl::StrCat("no TLS handshake within ",
+                                           limits.handshake_deadline.count(), " ms"));
+    } else if (c.stalled_since() != TlsConnection::Clock::time_point{} &&
+               now - c.stalled_since() >= limits.write_deadline) {
+      ending.emplace_back(id, absl::StrCat("it has not read what it was sent for ",
+                                           limits.write_deadline.count(), " ms"));
+    }
+  }
+  for (ConnectionTable::Id id : table_.Overdue(now)) {
+    ending.emplace_back(id, absl::StrCat("no call with a valid token within ",
+                                         limits.first_call_deadline.count(), " ms"));
+  }
+  for (auto& [id, why] : ending) {
+    auto it = served_.find(id);
+    if (it == served_.end()) continue;
+    it->second.conn->Close(std::move(why));
+    Forget(id);
+  }
+}
+
+void TcpListener::Loop() {
+  epoll_event events[64];
+  auto next_sweep = TlsConnection::Clock::now();
+  while (true) {
+    const int n = epoll_wait(epoll_fd_, events, 64, kSweepMs);
+    if (n < 0 && errno != EINTR) {
+      std::perror("mt_asyncio control: epoll_wait");
       return;
     }
-    if (fds[1].revents != 0) return;  // Stop().
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    // Several at a time, so a burst of connections is not held up by
-    // the sweep between them.
-    for (int i = 0; i < 64; ++i) {
-      sockaddr_storage addr{};
-      socklen_t len = sizeof(addr);
-      const int conn =
-          accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (conn < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          ShedWithoutDescriptors();
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) return;  // Stop().
+      if (tag == kListenTag) {
+        AcceptSome();
+        continue;
+      }
+      const ConnectionTable::Id id = tag / 2;
+      auto it = served_.find(id);
+      if (it == served_.end()) continue;  // Closed earlier in this round.
+      if ((tag & 1) != 0 && (events[i].events & (EPOLLHUP | EPOLLERR)) != 0) {
+        // gRPC closed its end: what it sent last is forwarded, then the
+        // connection ends (waiting on the peer could spin on the hangup).
+        Drive(id, it->second);
+        it = served_.find(id);
+        if (it != served_.end()) {
+          it->second.conn->Close("");
+          Forget(id);
         }
-        break;  // EAGAIN (nothing waiting), or a peer that already left.
-      }
-      std::string host;
-      std::string peer = PeerString(&addr, len, &host);
-      if (peer.empty()) {
-        close(conn);
         continue;
       }
-      std::string why;
-      std::vector<ConnectionTable::Expired> evicted;
-      const bool admitted = table_.MayOpen(host, &why, &evicted);
-      for (const ConnectionTable::Expired& e : evicted) {
-        Refuse(e.host,
-               absl::StrCat("the connection cap (", table_.limits().max_connections,
-                            ") is full and this was the oldest connection without a valid token"),
-               "closed");
-      }
-      if (!admitted) {
-        close(conn);
-        Refuse(host, why);
+      if ((tag & 1) == 0 && (events[i].events & EPOLLERR) != 0) {
+        it->second.conn->Close("");
+        Forget(id);
         continue;
       }
-      const int watch = fcntl(conn, F_DUPFD_CLOEXEC, 0);
-      if (watch < 0) {
-        close(conn);
-        dropped_without_descriptors_.fetch_add(1, std::memory_order_relaxed);
-        Refuse(host, "the process has run out of file descriptors");
-        poll(nullptr, 0, kDescriptorBackoffMs);
-        break;
-      }
-      const int one = 1;
-      setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      table_.Add(std::move(peer), std::move(host), watch, conn, /*authenticated=*/false);
-      grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters params;
-      params.listener_fd = fd_;
-      params.fd = conn;  // gRPC owns it from here on (it closes it if stopped).
-      acceptor->HandleNewConnection(&params);
+      Drive(id, it->second);
+    }
+    const auto now = TlsConnection::Clock::now();
+    if (now >= next_sweep) {
+      Sweep();
+      next_sweep = now + std::chrono::milliseconds(kSweepMs);
     }
   }
 }

@@ -27,11 +27,6 @@ std::string_view BearerToken(std::string_view authorization) {
 
 std::string_view View(const grpc::string_ref& s) { return {s.data(), s.size()}; }
 
-// The first value of property `name`, or "".
-std::string Property(const grpc::AuthContext& context, const char* name) {
-  const std::vector<grpc::string_ref> values = context.FindPropertyValues(name);
-  return values.empty() ? std::string() : std::string(View(values.front()));
-}
 
 }  // namespace
 
@@ -85,58 +80,48 @@ Role BearerTokens::RoleOfCall(const Metadata& metadata, const char** why) const 
   return role;
 }
 
-std::string ClientSubject(const grpc::AuthContext& context) {
-  return Property(context, GRPC_X509_SUBJECT_PROPERTY_NAME);
-}
-
 grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
-                                           grpc::AuthContext* context, OutputMetadata*,
+                                           grpc::AuthContext*, OutputMetadata*,
                                            OutputMetadata*) {
   const char* why = nullptr;
   if (tokens_->RoleOfCall(auth_metadata, &why) != Role::kNone) return grpc::Status::OK;
   const auto path = auth_metadata.find(":path");
   const std::string_view method = path == auth_metadata.end() ? "" : View(path->second);
   if (!method.empty() && handler_checked_.count(method) > 0) {
-    return grpc::Status::OK;  // Its handler refuses it, naming the address.
+    return grpc::Status::OK;  // Its handler refuses it and counts it.
   }
-  const std::string subject = ClientSubject(*context);
-  const std::string peer = subject.empty() ? std::string("tls (no client certificate)")
-                                           : "tls subject=" + subject;
-  refusals_->Record(
-      RefusalKind::kUnauthenticated, peer, subject, why,
-      absl::StrCat("refused ", peer, " (gRPC's auth hook does not see the address): ",
-                   std::string(method), " -> UNAUTHENTICATED (", why, ")"));
+  const std::optional<TlsPeer> peer =
+      peers_ != nullptr ? peers_->BySlot(slot_) : std::optional<TlsPeer>();
+  const std::string address = peer ? peer->address : std::string("unknown");
+  const std::string subject = peer ? peer->subject : std::string();
+  refusals_->Record(RefusalKind::kUnauthenticated, PeerAddress(address), subject, why,
+                    absl::StrCat("tls role=none", subject.empty() ? "" : " subject=", subject,
+                                 " peer=", address, ": ", std::string(method),
+                                 " -> UNAUTHENTICATED (", why, ")"));
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, why);
 }
 
-bool IsTlsCall(const grpc::ServerContext& context) {
-  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  if (auth == nullptr) return false;
-  for (const grpc::string_ref& type :
-       auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)) {
-    if (View(type) == GRPC_SSL_TRANSPORT_SECURITY_TYPE) return true;
-  }
-  return false;
+bool IsTlsCall(const grpc::ServerContext& context, const TlsPeers* peers) {
+  return peers != nullptr && peers->ByGrpcPeer(context.peer()).has_value();
 }
 
 Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens,
-                const char** why) {
-  if (IsTlsCall(context)) {
+                const TlsPeers* peers, const char** why) {
+  if (IsTlsCall(context, peers)) {
     return tokens == nullptr ? Role::kNone : tokens->RoleOfCall(context.client_metadata(), why);
   }
-  // The listener names the channels it hands over "fd:N"; nothing else
-  // reaches this server without TLS.
+  // The Unix listener names the channels it hands over "fd:N"; the TCP
+  // listener's are known to `peers`; nothing else reaches this server.
   return context.peer().rfind("fd:", 0) == 0 ? Role::kAdmin : Role::kNone;
 }
 
-std::string DescribeTlsCaller(const grpc::ServerContext& context, Role role) {
+std::string DescribeTlsCaller(const grpc::ServerContext& context, Role role,
+                              const TlsPeers* peers) {
   std::string out = "tls role=" + std::string(RoleName(role));
-  if (const auto auth = context.auth_context(); auth != nullptr) {
-    if (const std::string subject = ClientSubject(*auth); !subject.empty()) {
-      out += " subject=" + subject;
-    }
-  }
-  out += " peer=" + context.peer();
+  const std::optional<TlsPeer> peer =
+      peers != nullptr ? peers->ByGrpcPeer(context.peer()) : std::optional<TlsPeer>();
+  if (peer && !peer->subject.empty()) out += " subject=" + peer->subject;
+  out += " peer=" + (peer ? peer->address : context.peer());
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "control/src/connection_table.h"
 #include "control/src/refusal_log.h"
 
 namespace mt::control {
@@ -42,16 +43,15 @@ struct BearerTokens {
 };
 
 // Checks "authorization: Bearer <token>" on every call that arrives over
-// the TLS listener, before any handler runs: a missing or wrong token ends
+// the TCP listener, before any handler runs: a missing or wrong token ends
 // the call with UNAUTHENTICATED.
 //
 // Except on `handler_checked` methods (the paths of mt.control.v1, whose
 // handlers all authorize first): those calls are let through to be
-// refused by the handler, because only there does gRPC 1.51 say which
-// address the call came from (the processor sees the certificate and the
-// metadata, not the connection), and every refusal must name its peer.
-// Health and reflection stay refused here, named by the client
-// certificate's subject.
+// refused by the handler, which also counts the refusal. Health and
+// reflection stay refused here. gRPC tells a processor nothing of the
+// connection a call came on, so each acceptor slot of the listener has a
+// processor of its own, and `peers` says who holds that slot now.
 //
 // It only admits; it records nothing on the auth context, which gRPC
 // shares among all the calls of a connection: a role stored there by one
@@ -60,8 +60,13 @@ struct BearerTokens {
 class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
   BearerTokenProcessor(const BearerTokens* tokens, std::shared_ptr<RefusalLog> refusals,
-                       std::set<std::string, std::less<>> handler_checked = {})
-      : tokens_(tokens), refusals_(std::move(refusals)), handler_checked_(std::move(handler_checked)) {}
+                       std::set<std::string, std::less<>> handler_checked = {},
+                       const TlsPeers* peers = nullptr, int slot = -1)
+      : tokens_(tokens),
+        refusals_(std::move(refusals)),
+        handler_checked_(std::move(handler_checked)),
+        peers_(peers),
+        slot_(slot) {}
 
   // Cheap and non-blocking: gRPC may run it inline.
   bool IsBlocking() const override { return false; }
@@ -73,25 +78,25 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
   const BearerTokens* const tokens_;
   const std::shared_ptr<RefusalLog> refusals_;
   const std::set<std::string, std::less<>> handler_checked_;
+  const TlsPeers* const peers_;
+  const int slot_;
 };
 
-// The subject of the client certificate (mutual TLS), e.g. "CN=ops,O=acme",
-// or "".
-std::string ClientSubject(const grpc::AuthContext& context);
-
-// Whether a call came over TLS (the TCP listener).
-bool IsTlsCall(const grpc::ServerContext& context);
+// Whether a call came over TLS (on a connection of the TCP listener,
+// whose `peers` know it).
+bool IsTlsCall(const grpc::ServerContext& context, const TlsPeers* peers);
 
 // The role of a call's caller: over TLS, the role of the token the call
 // carries (`tokens` null: kNone; `why`, when given, says what was wrong
 // with it); over the Unix socket, whose peer's uid the listener checked,
 // kAdmin; anything else kNone.
 Role CallerRole(const grpc::ServerContext& context, const BearerTokens* tokens,
-                const char** why = nullptr);
+                const TlsPeers* peers, const char** why = nullptr);
 
 // "tls role=admin subject=CN=ops peer=ipv4:10.0.0.2:51234" for a TLS
 // caller (the subject with mutual TLS only).
-std::string DescribeTlsCaller(const grpc::ServerContext& context, Role role);
+std::string DescribeTlsCaller(const grpc::ServerContext& context, Role role,
+                              const TlsPeers* peers);
 
 }  // namespace mt::control
 

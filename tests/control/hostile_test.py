@@ -528,15 +528,17 @@ def test_a_refusal_flood_is_logged_at_a_bounded_rate_with_exact_counts(tls_servi
     assert len(lines) + left_out == 2 * calls + 1, (len(lines), left_out)
     assert len(lines) < 200, "not rate limited"
     health = [line for line in lines if "Health/Check" in line]
-    assert health and all("refused tls (no client certificate)" in line for line in health)
+    assert health and all(re.search(r"tls role=none peer=ipv4:127\.0\.0\.1:\d+: "
+                                    r"/grpc\.health\.v1\.Health/Check -> UNAUTHENTICATED", line)
+                          for line in health)
     get_info = [line for line in lines if "GetInfo" in line]
     assert get_info and all(re.search(r"peer=ipv4:127\.0\.0\.1:\d+: GetInfo", line)
                             for line in get_info)
     info = svc.json("info")["control"]
     peers = {p["peer"]: p for p in info["refusals"]}
-    assert peers["tls (no client certificate)"]["unauthenticated_calls"] == str(calls + 1)
-    assert peers["ipv4:127.0.0.1"]["unauthenticated_calls"] == str(calls)
-    assert peers["ipv4:127.0.0.1"]["last_reason"] == "wrong bearer token"
+    # Health's and GetInfo's refusals alike, under the address.
+    assert peers["ipv4:127.0.0.1"]["unauthenticated_calls"] == str(2 * calls + 1)
+    assert peers["ipv4:127.0.0.1"]["last_reason"].startswith("no bearer token")  # The last check.
     assert info["unlogged_refusals"] == str(left_out)
 
 
@@ -760,3 +762,96 @@ def test_tls_peers_that_never_call_are_closed_at_the_first_call_deadline(
             sock.close()
     assert _stderr_lines(svc, r"closed a TCP connection from ipv4:127\.0\.0\.1: "
                               r"no call with a valid token within 10000 ms", 4)
+
+
+# --- before authentication: HTTP/2 floods inside a TLS connection --------------
+
+
+def _frame(kind, flags, stream, payload=b""):
+    return (len(payload).to_bytes(3, "big") + bytes([kind, flags]) +
+            (stream & 0x7FFFFFFF).to_bytes(4, "big") + payload)
+
+
+def _tls_h2_socket(port, ca):
+    """A TLS connection that has sent the HTTP/2 preface and SETTINGS."""
+    import ssl
+    context = ssl.create_default_context(cafile=ca)
+    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    context.set_alpn_protocols(["h2"])
+    sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=WAIT),
+                               server_hostname="localhost")
+    sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(0x4, 0, 0))
+    return sock
+
+
+def _flood_until_closed(sock, frames, limit_bytes):
+    """Sends `frames` (bytes, repeated) until the server closes the
+    connection or `limit_bytes` are sent; returns the bytes sent. Never
+    reads what the server sends, except to see the end."""
+    import ssl
+    sent = 0
+    sock.settimeout(5)
+    try:
+        while sent < limit_bytes:
+            sock.sendall(frames)
+            sent += len(frames)
+    except (BrokenPipeError, ConnectionResetError, ssl.SSLError, TimeoutError, socket.timeout):
+        pass
+    return sent
+
+
+def _flood_was_cut(svc, pattern, count, timeout=10):
+    return len(_stderr_lines(svc, pattern, count, timeout)) >= count
+
+
+def test_http2_floods_before_any_call_are_cut_and_leave_no_memory(tls_service, tls_files):
+    # Measured before the listener read frames: a CONTINUATION flood
+    # buffered 32 MiB of headers without closing; 20,000 unread PINGs on one
+    # connection grew RSS by 64 MiB, never released.
+    svc = tls_service
+    ca = os.path.join(tls_files, "ca.pem")
+    admin = os.path.join(tls_files, "admin.token")
+    assert _over_tls(svc, tls_files, admin, "info").returncode == 0
+    time.sleep(0.5)
+    baseline = _rss_mib(svc.pid)
+    peak = baseline
+    floods = {
+        # A header block that never ends: HEADERS, then CONTINUATIONs.
+        "continuation": (_frame(0x1, 0, 1, b"\x00" * 16384),
+                         _frame(0x9, 0, 1, b"\x00" * 16384) * 64,
+                         r"a header block of more than 32768 bytes"),
+        # PINGs whose answers are never read.
+        "ping": (b"", _frame(0x6, 0, 0, b"\x00" * 8) * 1000,
+                 r"PING, SETTINGS, RST_STREAM, PRIORITY, WINDOW_UPDATE or empty DATA frames"),
+        # SETTINGS, each owed an acknowledgement.
+        "settings": (b"", _frame(0x4, 0, 0) * 1000, r"PING, SETTINGS"),
+        # Streams opened and reset at once (the "rapid reset").
+        "rapid reset": (b"", b"".join(_frame(0x1, 0x4, s, b"\x82\x87\x84") +
+                                      _frame(0x3, 0, s, b"\x00\x00\x00\x08")
+                                      for s in range(1, 2000, 2)),
+                        r"PING, SETTINGS"),
+    }
+    for name, (opening, frames, pattern) in floods.items():
+        socks = [_tls_h2_socket(svc.control_tcp_port, ca) for _ in range(4)]
+        try:
+            for sock in socks:
+                if opening:
+                    sock.sendall(opening)
+                sent = _flood_until_closed(sock, frames, 32 << 20)
+                assert sent < 8 << 20, f"{name}: {sent} bytes taken without closing"
+            start = time.monotonic()
+            svc.json("info")
+            assert time.monotonic() - start < 1.0, name
+            peak = max(peak, _rss_mib(svc.pid))
+        finally:
+            for sock in socks:
+                sock.close()
+        assert _flood_was_cut(svc, r"closed a TCP connection from ipv4:127\.0\.0\.1: .*" + pattern,
+                              4), name
+    assert peak - baseline < 64, f"RSS rose {peak - baseline:.1f} MiB during the floods"
+    time.sleep(1)
+    after = _rss_mib(svc.pid)
+    print(f"floods: RSS {baseline:.1f} MiB before, {peak:.1f} at most during, {after:.1f} after")
+    assert after - baseline < 16, f"RSS {after - baseline:.1f} MiB above the baseline after"
+    # And the listener serves on.
+    assert _over_tls(svc, tls_files, admin, "info").returncode == 0

@@ -1,0 +1,182 @@
+#include "control/src/tls_connection.h"
+
+#include <openssl/err.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "control/src/tls_context.h"
+
+namespace mt::control {
+namespace {
+
+// One TLS record's worth: the unit SSL_read and SSL_write work in.
+constexpr std::size_t kChunk = 16 * 1024;
+
+}  // namespace
+
+TlsConnection::TlsConnection(int fd, SSL* ssl, H2Limits limits, Clock::time_point now)
+    : accepted_at(now), fd_(fd), ssl_(ssl), inspector_(limits, now) {}
+
+TlsConnection::~TlsConnection() {
+  SSL_free(ssl_);
+  close(fd_);
+  if (inner_ >= 0) close(inner_);
+}
+
+void TlsConnection::Fail(std::string why) {
+  if (state_ == State::kClosed) return;
+  state_ = State::kClosed;
+  why_ = std::move(why);
+  ERR_clear_error();
+}
+
+void TlsConnection::Close(std::string why) { Fail(std::move(why)); }
+
+std::string TlsConnection::subject() const { return TlsContext::PeerSubject(ssl_); }
+
+void TlsConnection::AttachInner(int inner) {
+  inner_ = inner;
+  if (state_ == State::kHandshakeDone) state_ = State::kOpen;
+}
+
+std::uint32_t TlsConnection::fd_events() const {
+  if (state_ == State::kClosed) return 0;
+  std::uint32_t events = 0;
+  if (state_ == State::kHandshake) {
+    if (handshake_wants_read_) events |= EPOLLIN;
+    if (handshake_wants_write_) events |= EPOLLOUT;
+    return events;
+  }
+  // Always reading while there is room: that is also how the end of the
+  // connection shows.
+  if (to_inner_.size() < kMaxBuffered) events |= EPOLLIN;
+  if (read_wants_write_ || write_wants_write_) events |= EPOLLOUT;
+  return events;
+}
+
+std::uint32_t TlsConnection::inner_events() const {
+  if (state_ != State::kOpen || inner_ < 0) return 0;
+  std::uint32_t events = 0;
+  if (!inner_eof_ && to_peer_.size() < kMaxBuffered) events |= EPOLLIN;
+  if (!to_inner_.empty()) events |= EPOLLOUT;
+  return events;
+}
+
+TlsConnection::State TlsConnection::Drive(Clock::time_point now) {
+  if (state_ == State::kHandshake) {
+    Handshake();
+    return state_;
+  }
+  if (state_ != State::kOpen) return state_;
+  // Each direction until it would block; a full buffer on one side waits
+  // for the other side to drain it (which drives this again).
+  ReadPeer(now);
+  WriteInner();
+  ReadInner();
+  WritePeer(now);
+  if (state_ == State::kOpen && inner_eof_ && to_peer_.empty()) Fail("");  // gRPC closed it.
+  return state_;
+}
+
+void TlsConnection::Handshake() {
+  const int rc = SSL_do_handshake(ssl_);
+  if (rc == 1) {
+    state_ = State::kHandshakeDone;
+    return;
+  }
+  const int err = SSL_get_error(ssl_, rc);
+  handshake_wants_read_ = err == SSL_ERROR_WANT_READ;
+  handshake_wants_write_ = err == SSL_ERROR_WANT_WRITE;
+  if (!handshake_wants_read_ && !handshake_wants_write_) {
+    // A peer that leaves before finishing is gone, not refused.
+    const bool left =
+        err == SSL_ERROR_ZERO_RETURN || (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0);
+    Fail(left ? "" : absl::StrCat("TLS handshake failed: ", TlsContext::LastError()));
+  }
+}
+
+void TlsConnection::ReadPeer(Clock::time_point now) {
+  char buf[kChunk];
+  read_wants_write_ = false;
+  while (state_ == State::kOpen && to_inner_.size() < kMaxBuffered) {
+    const int n = SSL_read(ssl_, buf, sizeof(buf));
+    if (n > 0) {
+      if (!inspector_.Feed(buf, static_cast<std::size_t>(n), now)) {
+        broke_limit_ = true;
+        Fail(inspector_.why());
+        return;
+      }
+      to_inner_.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    const int err = SSL_get_error(ssl_, n);
+    if (err == SSL_ERROR_WANT_READ) return;
+    if (err == SSL_ERROR_WANT_WRITE) {  // A TLS 1.3 key update to answer.
+      read_wants_write_ = true;
+      return;
+    }
+    Fail(err == SSL_ERROR_ZERO_RETURN || (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0)
+             ? ""
+             : absl::StrCat("TLS read failed: ", TlsContext::LastError()));
+    return;
+  }
+}
+
+void TlsConnection::WriteInner() {
+  while (state_ == State::kOpen && !to_inner_.empty()) {
+    const ssize_t n = send(inner_, to_inner_.data(), to_inner_.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      to_inner_.erase(0, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    inner_eof_ = true;  // gRPC closed its end.
+    to_inner_.clear();
+    return;
+  }
+}
+
+void TlsConnection::ReadInner() {
+  char buf[kChunk];
+  while (state_ == State::kOpen && !inner_eof_ && to_peer_.size() < kMaxBuffered) {
+    const ssize_t n = recv(inner_, buf, sizeof(buf), 0);
+    if (n > 0) {
+      to_peer_.append(buf, static_cast<std::size_t>(n));
+      inspector_.Sent(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    inner_eof_ = true;
+  }
+}
+
+void TlsConnection::WritePeer(Clock::time_point now) {
+  write_wants_write_ = false;
+  while (state_ == State::kOpen && !to_peer_.empty()) {
+    const int n = SSL_write(ssl_, to_peer_.data(),
+                            static_cast<int>(std::min(to_peer_.size(), kChunk)));
+    if (n > 0) {
+      to_peer_.erase(0, static_cast<std::size_t>(n));
+      stalled_since_ = to_peer_.empty() ? Clock::time_point{} : now;
+      continue;
+    }
+    const int err = SSL_get_error(ssl_, n);
+    if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
+      write_wants_write_ = err == SSL_ERROR_WANT_WRITE;
+      if (stalled_since_ == Clock::time_point{}) stalled_since_ = now;
+      return;
+    }
+    Fail(err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0
+             ? ""
+             : absl::StrCat("TLS write failed: ", TlsContext::LastError()));
+    return;
+  }
+}
+
+}  // namespace mt::control

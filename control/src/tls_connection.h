@@ -1,0 +1,93 @@
+// One connection of the TCP listener: the peer's socket under TLS on one
+// side, the local socket gRPC serves on the other, and the bytes between
+// them, inspected on their way in and bounded both ways.
+//
+// Driven by the listener's single thread: Drive() does all that can be
+// done without blocking and says which readiness it waits for next.
+
+#ifndef MT_ASYNCIO_CONTROL_SRC_TLS_CONNECTION_H_
+#define MT_ASYNCIO_CONTROL_SRC_TLS_CONNECTION_H_
+
+#include <openssl/ssl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "control/src/h2_inspector.h"
+
+namespace mt::control {
+
+class TlsConnection {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Bytes held in each direction before the connection stops reading the
+  // side that sends them.
+  static constexpr std::size_t kMaxBuffered = 256 * 1024;
+
+  // Takes `fd` (the accepted socket, non-blocking) and `ssl` (a server
+  // session on it).
+  TlsConnection(int fd, SSL* ssl, H2Limits limits, Clock::time_point now = Clock::now());
+  ~TlsConnection();
+  TlsConnection(const TlsConnection&) = delete;
+  TlsConnection& operator=(const TlsConnection&) = delete;
+
+  enum class State { kHandshake, kHandshakeDone, kOpen, kClosed };
+  // Moves bytes until every side would block. kHandshakeDone once, when
+  // the handshake has just finished: the caller attaches the gRPC side
+  // (AttachInner) and drives again.
+  State Drive(Clock::time_point now = Clock::now());
+  // Takes `inner` (non-blocking): the socket whose other end gRPC serves.
+  void AttachInner(int inner);
+
+  // Ends the connection (both sockets closed by the destructor).
+  void Close(std::string why);
+
+  int fd() const { return fd_; }
+  int inner() const { return inner_; }
+  // The epoll events each socket waits for now.
+  std::uint32_t fd_events() const;
+  std::uint32_t inner_events() const;
+
+  bool handshaken() const { return state_ != State::kHandshake; }
+  const Clock::time_point accepted_at;
+  // Since when bytes for the peer have waited without any being taken
+  // (Clock::time_point{} when none wait).
+  Clock::time_point stalled_since() const { return stalled_since_; }
+  // Why it closed: "" when the peer or gRPC ended it in the ordinary way.
+  const std::string& why() const { return why_; }
+  // Whether it closed for breaking an HTTP/2 limit (why() says which).
+  bool broke_limit() const { return broke_limit_; }
+  std::string subject() const;
+
+ private:
+  void Handshake();
+  void ReadPeer(Clock::time_point now);
+  void WriteInner();
+  void ReadInner();
+  void WritePeer(Clock::time_point now);
+  void Fail(std::string why);
+
+  const int fd_;
+  SSL* const ssl_;
+  int inner_ = -1;
+  State state_ = State::kHandshake;
+  H2Inspector inspector_;
+  std::string to_inner_;  // Plaintext from the peer, for gRPC.
+  std::string to_peer_;   // Plaintext from gRPC, for the peer.
+  // What TLS waits for on the peer's socket: in the handshake, and when a
+  // read or a write could not go on.
+  bool handshake_wants_read_ = true;
+  bool handshake_wants_write_ = false;
+  bool read_wants_write_ = false;  // A TLS 1.3 key update to answer.
+  bool write_wants_write_ = false;
+  bool inner_eof_ = false;
+  bool broke_limit_ = false;
+  Clock::time_point stalled_since_{};
+  std::string why_;
+};
+
+}  // namespace mt::control
+
+#endif  // MT_ASYNCIO_CONTROL_SRC_TLS_CONNECTION_H_
