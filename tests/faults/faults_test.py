@@ -31,12 +31,16 @@ def report(**fields):
     print(json.dumps(fields, sort_keys=True), flush=True)
 
 echoed = [0]  # Bytes the echo servers sent back.
+# Handlers run in parallel on mt_asyncio's workers: a counter two tasks
+# bump is a read-modify-write that needs a lock, as across threads.
+count_lock = threading.Lock()
 
 async def echo(reader, writer):
     try:
         while data := await reader.read(65536):
             writer.write(data)
-            echoed[0] += len(data)
+            with count_lock:
+                echoed[0] += len(data)
             await writer.drain()
     except ConnectionError:
         pass
@@ -351,7 +355,8 @@ FAULTS = {
             inflight.add(asyncio.current_task())
             try:
                 data = await reader.readexactly(4)
-                received[0] += 1
+                with count_lock:
+                    received[0] += 1
                 await asyncio.sleep(0.3)
                 writer.write(data)
                 await writer.drain()
