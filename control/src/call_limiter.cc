@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "control/src/thread_priority.h"
+
 namespace mt::control {
 namespace {
 
@@ -11,6 +13,7 @@ class LimitInterceptor final : public grpc::experimental::Interceptor {
  public:
   LimitInterceptor(CallLimiter* limiter, grpc::experimental::ServerRpcInfo* info)
       : limiter_(limiter), context_(info->server_context()) {
+    LowerThisThread();  // gRPC's thread, about to work on a call.
     limiter_->Begin(context_, info->type() == grpc::experimental::ServerRpcInfo::Type::UNARY);
   }
   // The call is over: its last message sent or the call cancelled.
@@ -48,8 +51,8 @@ class LimitInterceptorFactory final
 
 }  // namespace
 
-CallLimiter::CallLimiter(CallLimits limits, CallObserver observer)
-    : limits_(limits), observer_(std::move(observer)) {
+CallLimiter::CallLimiter(CallLimits limits, CallObserver observer, std::function<void()> ended)
+    : limits_(limits), observer_(std::move(observer)), ended_(std::move(ended)) {
   watchdog_ = std::thread([this] { Watch(); });
 }
 
@@ -93,15 +96,18 @@ void CallLimiter::GuardWrites(const grpc::ServerContextBase& context) {
 }
 
 void CallLimiter::End(const grpc::ServerContextBase* context) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = calls_.find(context);
-  if (it == calls_.end()) return;
-  const Record& r = it->second;
-  if (r.admitted) {
-    if (--per_connection_[r.connection] <= 0) per_connection_.erase(r.connection);
-    if (r.read_only) --read_only_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = calls_.find(context);
+    if (it == calls_.end()) return;
+    const Record& r = it->second;
+    if (r.admitted) {
+      if (--per_connection_[r.connection] <= 0) per_connection_.erase(r.connection);
+      if (r.read_only) --read_only_;
+    }
+    calls_.erase(it);
   }
-  calls_.erase(it);
+  if (ended_) ended_();
 }
 
 grpc::Status CallLimiter::Admit(const grpc::ServerContextBase& context, Role role) {

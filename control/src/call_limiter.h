@@ -49,7 +49,10 @@ class CallLimiter {
   // runs (the TCP listener learns here which connections authenticated).
   using CallObserver = std::function<void(const grpc::ServerContextBase& context)>;
 
-  explicit CallLimiter(CallLimits limits = {}, CallObserver observer = nullptr);
+  // `observer` is told of each call's metadata; `ended` of each call's
+  // end (outside the limiter's lock).
+  explicit CallLimiter(CallLimits limits = {}, CallObserver observer = nullptr,
+                       std::function<void()> ended = nullptr);
   ~CallLimiter();
   CallLimiter(const CallLimiter&) = delete;
   CallLimiter& operator=(const CallLimiter&) = delete;
@@ -95,6 +98,7 @@ class CallLimiter {
 
   const CallLimits limits_;
   const CallObserver observer_;
+  const std::function<void()> ended_;
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::map<const grpc::ServerContextBase*, Record> calls_;  // Guarded by mu_.

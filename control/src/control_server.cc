@@ -54,7 +54,8 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   std::unique_ptr<ControlServer> self(new ControlServer());
   auto refusals = std::make_shared<RefusalLog>();
   absl::StatusOr<std::unique_ptr<PeerCredListener>> listener =
-      PeerCredListener::Listen(options.socket_path, refusals);
+      PeerCredListener::Listen(options.socket_path, refusals, options.frames,
+                               options.connections.write_deadline);
   if (!listener.ok()) return listener.status();
   self->listener_ = *std::move(listener);
   if (options.tcp) {
@@ -107,7 +108,14 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
       }
     };
   }
-  self->limiter_ = std::make_unique<CallLimiter>(options.call_limits, std::move(observer));
+  self->inspection_ = std::make_unique<InspectionBudget>(options.inspection);
+  hooks.inspection = self->inspection_.get();
+  // What a call held (its answer, buffered for a client that may never
+  // have read it) is freed as it ends: give it back to the system once
+  // the control plane is quiet.
+  InspectionBudget* inspection = self->inspection_.get();
+  self->limiter_ = std::make_unique<CallLimiter>(options.call_limits, std::move(observer),
+                                                 [inspection] { inspection->RequestTrim(); });
   hooks.limiter = self->limiter_.get();
   self->service_ = std::make_unique<ControlService>(
       AdminClient(abi), std::move(options.interpreter), std::move(hooks), options.limits);
@@ -168,17 +176,24 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
 
 void ControlServer::Stop(double grace_seconds) {
   if (!server_) return;
-  listener_->Stop();
-  if (tcp_listener_ != nullptr) tcp_listener_->Stop();
+  // No new connections; those open keep their relays while calls in
+  // progress have their grace (a Shutdown stream says STOPPED), then go.
+  listener_->StopAccepting();
+  if (tcp_listener_ != nullptr) tcp_listener_->StopAccepting();
   server_->Shutdown(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(static_cast<long long>(grace_seconds * 1000)));
   server_->Wait();
+  listener_->Stop();
+  if (tcp_listener_ != nullptr) tcp_listener_->Stop();
   server_.reset();
   service_.reset();
   listener_.reset();
   tcp_listener_.reset();
   tcp_acceptors_.clear();
   limiter_.reset();
+  // Its thread goes now, with its interpreter thread state, while the
+  // interpreter is certainly still there.
+  inspection_.reset();
 }
 
 }  // namespace mt::control

@@ -62,6 +62,8 @@ struct ServerOptions {
   ConnectionLimits connections;
   // What a TLS peer's HTTP/2 frames may do.
   H2Limits frames;
+  // The turns and CPU share of the methods that run Python.
+  InspectionLimits inspection;
 };
 
 // mt.control.v1, grpc.health.v1 and server reflection on the Unix socket
@@ -84,6 +86,8 @@ class ControlServer {
   ControlServer() = default;
 
   std::unique_ptr<BearerTokens> tokens_;  // Stable address for the processor.
+  // Before limiter_, which tells it of every call's end.
+  std::unique_ptr<InspectionBudget> inspection_;
   // Before server_: the server's interceptors refer to it until it is gone.
   std::unique_ptr<CallLimiter> limiter_;
   std::unique_ptr<PeerCredListener> listener_;

@@ -67,9 +67,10 @@ void ControlService::Refuse(const grpc::ServerContext& context, RefusalKind kind
 }
 
 grpc::Status ControlService::Authorize(const grpc::ServerContext& context, bool mutating,
-                                       const char* method) {
+                                       const char* method, Role* role_out) {
   const char* no_role = nullptr;
   const Role role = hooks_.role ? hooks_.role(context, &no_role) : Role::kAdmin;
+  if (role_out != nullptr) *role_out = role;
   if (role == Role::kAdmin || (role == Role::kReadOnly && !mutating)) {
     return hooks_.limiter != nullptr ? hooks_.limiter->Admit(context, role) : grpc::Status::OK;
   }
@@ -82,6 +83,23 @@ grpc::Status ControlService::Authorize(const grpc::ServerContext& context, bool 
   return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                       std::string(method) +
                           " changes the process; the read-only token cannot call it");
+}
+
+grpc::Status ControlService::Inspect(grpc::ServerContext* context, Role role,
+                                     const std::function<void()>& work,
+                                     const std::function<bool()>& give_up) {
+  if (hooks_.inspection == nullptr) {
+    work();
+    return grpc::Status::OK;
+  }
+  const absl::Status s = hooks_.inspection->Run(
+      role == Role::kAdmin, [&] { return context->IsCancelled() || (give_up && give_up()); },
+      work);
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(s.code() == absl::StatusCode::kResourceExhausted
+                          ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                          : grpc::StatusCode::CANCELLED,
+                      std::string(s.message()));
 }
 
 grpc::Status ControlService::GetRuntime(v1::RuntimeInfo* out) const {
@@ -107,6 +125,11 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::Get
     control->set_calls_over_limit(hooks_.limiter->refused_calls());
     control->set_cancelled_writes(hooks_.limiter->cancelled_writes());
   }
+  if (hooks_.inspection != nullptr) {
+    control->set_inspections_refused(hooks_.inspection->refused());
+    control->set_inspection_throttled_seconds(
+        static_cast<double>(hooks_.inspection->throttled_ns()) / 1e9);
+  }
   {
     const auto now = RefusalLog::Clock::now();
     for (const PeerRefusals& p : refusals_->Snapshot()) {
@@ -126,7 +149,8 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::Get
 
 grpc::Status ControlService::ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest*,
                                          v1::ListWorkersResponse* response) {
-  if (grpc::Status s = Authorize(*context, false, "ListWorkers"); !s.ok()) return s;
+  Role role = Role::kNone;
+  if (grpc::Status s = Authorize(*context, false, "ListWorkers", &role); !s.ok()) return s;
   grpc::Status status = admin_.CallJson("ListWorkers", "{}", response);
   if (!status.ok()) return status;
   // Names of the running units, best effort: this needs the interpreter,
@@ -139,7 +163,11 @@ grpc::Status ControlService::ListWorkers(grpc::ServerContext* context, const v1:
   }
   if (ids.empty()) return grpc::Status::OK;
   v1::TaskNames names;
-  if (!admin_.CallJson("TaskNames", "{\"ids\":\"" + ids + "\"}", &names).ok()) {
+  grpc::Status named;
+  if (!Inspect(context, role, [&] {
+        named = admin_.CallJson("TaskNames", "{\"ids\":\"" + ids + "\"}", &names);
+      }).ok() ||
+      !named.ok()) {
     return grpc::Status::OK;
   }
   for (v1::WorkerInfo& w : *response->mutable_workers()) {
@@ -151,23 +179,47 @@ grpc::Status ControlService::ListWorkers(grpc::ServerContext* context, const v1:
 
 grpc::Status ControlService::ListLoops(grpc::ServerContext* context, const v1::ListLoopsRequest* request,
                                        v1::ListLoopsResponse* response) {
-  if (grpc::Status s = Authorize(*context, false, "ListLoops"); !s.ok()) return s;
-  return admin_.Call("ListLoops", *request, response);
+  Role role = Role::kNone;
+  if (grpc::Status s = Authorize(*context, false, "ListLoops", &role); !s.ok()) return s;
+  grpc::Status status;
+  if (grpc::Status s = Inspect(context, role, [&] {
+        status = admin_.Call("ListLoops", *request, response);
+      });
+      !s.ok()) {
+    return s;
+  }
+  return status;
 }
 
 grpc::Status ControlService::ListTasks(grpc::ServerContext* context, const v1::ListTasksRequest* request,
                                        v1::ListTasksResponse* response) {
-  if (grpc::Status s = Authorize(*context, false, "ListTasks"); !s.ok()) return s;
+  Role role = Role::kNone;
+  if (grpc::Status s = Authorize(*context, false, "ListTasks", &role); !s.ok()) return s;
   if (request->name_contains().size() > 1024) return Invalid("name_contains is too long");
   if (request->page_token().size() > 64) return Invalid("invalid page_token");
-  return admin_.Call("ListTasks", *request, response);
+  grpc::Status status;
+  if (grpc::Status s = Inspect(context, role, [&] {
+        status = admin_.Call("ListTasks", *request, response);
+      });
+      !s.ok()) {
+    return s;
+  }
+  return status;
 }
 
 grpc::Status ControlService::GetTask(grpc::ServerContext* context, const v1::GetTaskRequest* request,
                                      v1::GetTaskResponse* response) {
-  if (grpc::Status s = Authorize(*context, false, "GetTask"); !s.ok()) return s;
+  Role role = Role::kNone;
+  if (grpc::Status s = Authorize(*context, false, "GetTask", &role); !s.ok()) return s;
   if (request->id() == 0) return Invalid("id must be a task id (ListTasks shows them)");
-  return admin_.Call("GetTask", *request, response);
+  grpc::Status status;
+  if (grpc::Status s = Inspect(context, role, [&] {
+        status = admin_.Call("GetTask", *request, response);
+      });
+      !s.ok()) {
+    return s;
+  }
+  return status;
 }
 
 grpc::Status ControlService::CancelTask(grpc::ServerContext* context,
@@ -176,7 +228,14 @@ grpc::Status ControlService::CancelTask(grpc::ServerContext* context,
   if (grpc::Status s = Authorize(*context, true, "CancelTask"); !s.ok()) return s;
   if (request->id() == 0) return Invalid("id must be a task id (ListTasks shows them)");
   if (request->msg().size() > 4096) return Invalid("msg is longer than 4096 bytes");
-  grpc::Status status = admin_.Call("CancelTask", *request, response);
+  // Finding the task walks every task in Python, like ListTasks.
+  grpc::Status status;
+  if (grpc::Status s = Inspect(context, Role::kAdmin, [&] {
+        status = admin_.Call("CancelTask", *request, response);
+      });
+      !s.ok()) {
+    status = s;
+  }
   Audit(*context, "CancelTask id=" + std::to_string(request->id()) + " -> " +
                       (status.ok() ? (response->cancelled() ? "cancelled" : "not cancelled")
                                    : status.error_message()));
@@ -226,7 +285,8 @@ grpc::Status ControlService::SetBlockingPool(grpc::ServerContext* context,
 
 grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
                                    grpc::ServerWriter<v1::WatchUpdate>* writer) {
-  if (grpc::Status s = Authorize(*context, false, "Watch"); !s.ok()) return s;
+  Role role = Role::kNone;
+  if (grpc::Status s = Authorize(*context, false, "Watch", &role); !s.ok()) return s;
   double interval = request->interval_seconds();
   if (interval == 0) interval = 1.0;
   if (!(interval >= limits_.min_watch_interval_seconds && interval <= 3600)) {
@@ -264,7 +324,15 @@ grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::Watch
       v1::ListLoopsRequest counts_only;
       counts_only.set_skip_task_states(true);
       v1::ListLoopsResponse loops;
-      if (admin_.Call("ListLoops", counts_only, &loops).ok()) {
+      // A tick whose turn does not come before the next one is due goes
+      // without its loops rather than late.
+      const auto next_due = start + due * period;
+      grpc::Status listed;
+      if (Inspect(
+              context, role, [&] { listed = admin_.Call("ListLoops", counts_only, &loops); },
+              [&] { return Clock::now() >= next_due; })
+              .ok() &&
+          listed.ok()) {
         *update.mutable_loops() = std::move(*loops.mutable_loops());
       }
     }

@@ -11,6 +11,7 @@
 
 #include "control/src/admin_client.h"
 #include "control/src/call_limiter.h"
+#include "control/src/inspection_budget.h"
 #include "control/src/token_auth.h"
 #include "mt/control/v1/control.grpc.pb.h"
 
@@ -43,6 +44,9 @@ struct ServiceHooks {
   std::shared_ptr<RefusalLog> refusals;
   // The caps on calls in flight and the write deadline (default: none).
   CallLimiter* limiter = nullptr;
+  // The lane and CPU budget of the methods that run Python (default:
+  // none: they run at once, in parallel).
+  InspectionBudget* inspection = nullptr;
   // Who is behind a call over TLS (the TCP listener's connection), or
   // nullopt for the Unix socket (default: nobody).
   std::function<std::optional<TlsPeer>(const grpc::ServerContext&)> tls_peer;
@@ -90,9 +94,17 @@ class ControlService final : public v1::RuntimeControl::Service {
   void Refuse(const grpc::ServerContext& context, RefusalKind kind, const char* method,
               const char* code, const std::string& why) const;
   // OK when the caller may make this call: any role may read, only admins
-  // may change anything (`method` names the call in the denial).
+  // may change anything (`method` names the call in the denial). Sets
+  // `*role` (when given) to the caller's role.
   grpc::Status Authorize(const grpc::ServerContext& context, bool mutating,
-                         const char* method);
+                         const char* method, Role* role = nullptr);
+  // Runs `work` (a call that runs Python) in its turn of the inspection
+  // budget (at once, on this thread, without a budget). `give_up` is
+  // polled while waiting, as well as the call's cancellation. Not OK
+  // when the turn never came: `work` has not run then.
+  grpc::Status Inspect(grpc::ServerContext* context, Role role,
+                       const std::function<void()>& work,
+                       const std::function<bool()>& give_up = nullptr);
   // The core's GetRuntime document as the message.
   grpc::Status GetRuntime(v1::RuntimeInfo* out) const;
 

@@ -2,6 +2,7 @@
 
 #include <grpcpp/server_posix.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,11 +12,22 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "control/src/thread_priority.h"
 
 namespace mt::control {
 namespace {
+
+// Tags of the epoll events: a connection's are 2 * id and 2 * id + 1
+// (ids start at 1).
+constexpr std::uint64_t kListenTag = 0;
+constexpr std::uint64_t kWakeTag = 1;
+// How often stalled peers are looked for.
+constexpr int kSweepMs = 100;
+// The pause after accept4 found no descriptor to spare.
+constexpr int kDescriptorBackoffMs = 100;
 
 absl::Status Errno(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -24,7 +36,8 @@ absl::Status Errno(const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PeerCredListener>> PeerCredListener::Listen(
-    const std::string& path, std::shared_ptr<RefusalLog> refusals) {
+    const std::string& path, std::shared_ptr<RefusalLog> refusals, H2Limits frames,
+    std::chrono::milliseconds write_deadline) {
   if (refusals == nullptr) refusals = std::make_shared<RefusalLog>();
   sockaddr_un addr{};
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
@@ -33,7 +46,7 @@ absl::StatusOr<std::unique_ptr<PeerCredListener>> PeerCredListener::Listen(
   }
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.data(), path.size());
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Errno("socket");
   // bind() creates the file with the socket inode's mode minus the umask:
   // narrowing the inode first gives 0600 (or less) whatever the umask is,
@@ -56,28 +69,52 @@ absl::StatusOr<std::unique_ptr<PeerCredListener>> PeerCredListener::Listen(
     return s;
   }
   const int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
-    const absl::Status s = Errno("eventfd");
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (wake < 0 || ep < 0) {
+    const absl::Status s = Errno("eventfd/epoll");
     close(fd);
+    if (wake >= 0) close(wake);
+    if (ep >= 0) close(ep);
     unlink(path.c_str());
     return s;
   }
-  return std::unique_ptr<PeerCredListener>(
-      new PeerCredListener(fd, wake, path, std::move(refusals)));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  ev.data.u64 = kWakeTag;
+  epoll_ctl(ep, EPOLL_CTL_ADD, wake, &ev);
+  return std::unique_ptr<PeerCredListener>(new PeerCredListener(
+      fd, wake, ep, path, std::move(refusals), frames, write_deadline));
 }
 
-PeerCredListener::PeerCredListener(int fd, int wake_fd, std::string path,
-                                   std::shared_ptr<RefusalLog> refusals)
-    : fd_(fd), wake_fd_(wake_fd), path_(std::move(path)), refusals_(std::move(refusals)) {}
+PeerCredListener::PeerCredListener(int fd, int wake_fd, int epoll_fd, std::string path,
+                                   std::shared_ptr<RefusalLog> refusals, H2Limits frames,
+                                   std::chrono::milliseconds write_deadline)
+    : fd_(fd),
+      wake_fd_(wake_fd),
+      epoll_fd_(epoll_fd),
+      path_(std::move(path)),
+      refusals_(std::move(refusals)),
+      frames_(frames),
+      write_deadline_(write_deadline) {}
 
 PeerCredListener::~PeerCredListener() {
   Stop();
   close(fd_);
   close(wake_fd_);
+  close(epoll_fd_);
 }
 
 void PeerCredListener::Start(grpc::Server* server) {
-  thread_ = std::thread([this, server] { AcceptLoop(server); });
+  thread_ = std::thread([this, server] { Loop(server); });
+}
+
+void PeerCredListener::StopAccepting() {
+  // epoll_ctl is safe beside the loop's epoll_wait; an event already
+  // taken may still accept once, for a server that is still up.
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
+  unlink(path_.c_str());
 }
 
 void PeerCredListener::Stop() {
@@ -89,28 +126,22 @@ void PeerCredListener::Stop() {
   const std::uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
+  peers_.clear();  // Closes every socket; gRPC sees its ends close.
   unlink(path_.c_str());
 }
 
-void PeerCredListener::AcceptLoop(grpc::Server* server) {
-  const uid_t own_uid = geteuid();
-  pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-  while (true) {
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      std::perror("mt_asyncio control: poll");
-      return;
-    }
-    if (fds[1].revents != 0) return;  // Stop().
-    if ((fds[0].revents & POLLIN) == 0) continue;
+void PeerCredListener::Accept(grpc::Server* server) {
+  // Several at a time, as the TCP listener does.
+  for (int i = 0; i < 64; ++i) {
     const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (conn < 0) {
       if (errno == EMFILE || errno == ENFILE) {
         // Out of descriptors: back off instead of spinning on the backlog.
-        poll(nullptr, 0, 100);
+        poll(nullptr, 0, kDescriptorBackoffMs);
       }
-      continue;
+      return;
     }
+    const uid_t own_uid = geteuid();
     ucred cred{};
     socklen_t len = sizeof(cred);
     const bool known = getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0;
@@ -127,12 +158,107 @@ void PeerCredListener::AcceptLoop(grpc::Server* server) {
       close(conn);
       continue;
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      identities_[conn] = absl::StrCat("uid=", cred.uid, " pid=", cred.pid);
+    Serve(server, conn, cred);
+  }
+}
+
+void PeerCredListener::Serve(grpc::Server* server, int conn, const ucred& cred) {
+  const std::string uid = absl::StrCat("uid=", cred.uid);
+  const std::string who = absl::StrCat(uid, " pid=", cred.pid);
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) != 0) {
+    close(conn);
+    const std::string reason = "the process has run out of file descriptors";
+    refusals_->Record(RefusalKind::kConnection, uid, "", reason,
+                      absl::StrCat("refused a connection from ", who, " on the socket: ", reason));
+    return;
+  }
+  const std::uint64_t id = next_id_++;
+  Peer& peer = peers_[id];
+  peer.relay = std::make_unique<mt::control::Relay>(conn, nullptr, frames_);
+  peer.who = who;
+  peer.uid = uid;
+  peer.relay->Drive();  // No handshake in the clear: ready at once.
+  peer.relay->AttachInner(pair[1]);
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.u64 = 2 * id;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, conn, &ev);
+  ev.data.u64 = 2 * id + 1;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pair[1], &ev);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    identities_[pair[0]] = who;
+  }
+  // The server owns its end of the pair from here on.
+  grpc::AddInsecureChannelFromFd(server, pair[0]);
+  if (peer.relay->Drive() == mt::control::Relay::State::kClosed) {
+    Forget(id);
+    return;
+  }
+  peer.relay->Rearm(epoll_fd_, id);
+}
+
+void PeerCredListener::Forget(std::uint64_t id) {
+  auto it = peers_.find(id);
+  if (it == peers_.end()) return;
+  const mt::control::Relay& r = *it->second.relay;
+  if (!r.why().empty()) {
+    refusals_->Record(RefusalKind::kConnection, it->second.uid, "", r.why(),
+                      absl::StrCat("closed a connection from ", it->second.who,
+                                   " on the socket: ", r.why()));
+  }
+  peers_.erase(it);  // Closes its sockets (epoll drops closed ones).
+}
+
+void PeerCredListener::Sweep() {
+  const auto now = mt::control::Relay::Clock::now();
+  std::vector<std::uint64_t> stalled;
+  for (const auto& [id, peer] : peers_) {
+    const auto since = peer.relay->stalled_since();
+    if (since != mt::control::Relay::Clock::time_point{} && now - since >= write_deadline_) {
+      stalled.push_back(id);
     }
-    // The server owns the descriptor from here on.
-    grpc::AddInsecureChannelFromFd(server, conn);
+  }
+  for (std::uint64_t id : stalled) {
+    peers_[id].relay->Close(absl::StrCat("it has not read what it was sent for ",
+                                         write_deadline_.count(), " ms"));
+    Forget(id);
+  }
+}
+
+void PeerCredListener::Loop(grpc::Server* server) {
+  LowerThisThread();
+  epoll_event events[64];
+  auto next_sweep = mt::control::Relay::Clock::now();
+  while (true) {
+    const int n = epoll_wait(epoll_fd_, events, 64, kSweepMs);
+    if (n < 0 && errno != EINTR) {
+      std::perror("mt_asyncio control: epoll_wait");
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) return;  // Stop().
+      if (tag == kListenTag) {
+        Accept(server);
+        continue;
+      }
+      const std::uint64_t id = tag / 2;
+      auto it = peers_.find(id);
+      if (it == peers_.end()) continue;  // Closed earlier in this round.
+      mt::control::Relay& relay = *it->second.relay;
+      if (relay.OnEvent((tag & 1) != 0, events[i].events) == mt::control::Relay::State::kClosed) {
+        Forget(id);
+      } else {
+        relay.Rearm(epoll_fd_, id);
+      }
+    }
+    const auto now = mt::control::Relay::Clock::now();
+    if (now >= next_sweep) {
+      Sweep();
+      next_sweep = now + std::chrono::milliseconds(kSweepMs);
+    }
   }
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "control/src/thread_priority.h"
 
 namespace mt::control {
 namespace {
@@ -142,6 +143,11 @@ void TcpListener::Start(std::vector<grpc::experimental::ExternalConnectionAccept
   thread_ = std::thread([this] { Loop(); });
 }
 
+void TcpListener::StopAccepting() {
+  // epoll_ctl is safe beside the loop's epoll_wait.
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
+}
+
 void TcpListener::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -228,7 +234,7 @@ void TcpListener::AcceptSome() {
     const int one = 1;
     setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Served& s = served_[admission.id];
-    s.conn = std::make_unique<TlsConnection>(conn, ssl, frames_);
+    s.conn = std::make_unique<Relay>(conn, ssl, frames_);
     s.slot = admission.slot;
     s.host = host;
     epoll_event ev{};
@@ -273,7 +279,7 @@ void TcpListener::HandOver(ConnectionTable::Id id, Served& s) {
 void TcpListener::Forget(ConnectionTable::Id id) {
   auto it = served_.find(id);
   if (it == served_.end()) return;
-  const TlsConnection& c = *it->second.conn;
+  const Relay& c = *it->second.conn;
   if (c.broke_limit()) frame_limit_closes_.fetch_add(1, std::memory_order_relaxed);
   if (!c.why().empty()) {
     Refuse(it->second.host, c.handshaken() ? c.subject() : "", c.why(), "closed");
@@ -282,37 +288,28 @@ void TcpListener::Forget(ConnectionTable::Id id) {
   served_.erase(it);  // Closes its sockets (epoll drops closed ones).
 }
 
-void TcpListener::Drive(ConnectionTable::Id id, Served& s) {
-  TlsConnection::State state = s.conn->Drive();
-  if (state == TlsConnection::State::kHandshakeDone) {
+void TcpListener::Drive(ConnectionTable::Id id, Served& s, Relay::State state) {
+  if (state == Relay::State::kHandshakeDone) {
     HandOver(id, s);
     state = s.conn->Drive();
   }
-  if (state == TlsConnection::State::kClosed) {
+  if (state == Relay::State::kClosed) {
     Forget(id);
     return;
   }
-  epoll_event ev{};
-  ev.events = s.conn->fd_events();
-  ev.data.u64 = 2 * id;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, s.conn->fd(), &ev);
-  if (s.conn->inner() >= 0) {
-    ev.events = s.conn->inner_events();
-    ev.data.u64 = 2 * id + 1;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, s.conn->inner(), &ev);
-  }
+  s.conn->Rearm(epoll_fd_, id);
 }
 
 void TcpListener::Sweep() {
-  const auto now = TlsConnection::Clock::now();
+  const auto now = Relay::Clock::now();
   const ConnectionLimits& limits = table_.limits();
   std::vector<std::pair<ConnectionTable::Id, std::string>> ending;
   for (auto& [id, s] : served_) {
-    const TlsConnection& c = *s.conn;
+    const Relay& c = *s.conn;
     if (!c.handshaken() && now - c.accepted_at >= limits.handshake_deadline) {
       ending.emplace_back(id, absl::StrCat("no TLS handshake within ",
                                            limits.handshake_deadline.count(), " ms"));
-    } else if (c.stalled_since() != TlsConnection::Clock::time_point{} &&
+    } else if (c.stalled_since() != Relay::Clock::time_point{} &&
                now - c.stalled_since() >= limits.write_deadline) {
       ending.emplace_back(id, absl::StrCat("it has not read what it was sent for ",
                                            limits.write_deadline.count(), " ms"));
@@ -331,8 +328,9 @@ void TcpListener::Sweep() {
 }
 
 void TcpListener::Loop() {
+  LowerThisThread();
   epoll_event events[64];
-  auto next_sweep = TlsConnection::Clock::now();
+  auto next_sweep = Relay::Clock::now();
   while (true) {
     const int n = epoll_wait(epoll_fd_, events, 64, kSweepMs);
     if (n < 0 && errno != EINTR) {
@@ -349,25 +347,9 @@ void TcpListener::Loop() {
       const ConnectionTable::Id id = tag / 2;
       auto it = served_.find(id);
       if (it == served_.end()) continue;  // Closed earlier in this round.
-      if ((tag & 1) != 0 && (events[i].events & (EPOLLHUP | EPOLLERR)) != 0) {
-        // gRPC closed its end: what it sent last is forwarded, then the
-        // connection ends (waiting on the peer could spin on the hangup).
-        Drive(id, it->second);
-        it = served_.find(id);
-        if (it != served_.end()) {
-          it->second.conn->Close("");
-          Forget(id);
-        }
-        continue;
-      }
-      if ((tag & 1) == 0 && (events[i].events & EPOLLERR) != 0) {
-        it->second.conn->Close("");
-        Forget(id);
-        continue;
-      }
-      Drive(id, it->second);
+      Drive(id, it->second, it->second.conn->OnEvent((tag & 1) != 0, events[i].events));
     }
-    const auto now = TlsConnection::Clock::now();
+    const auto now = Relay::Clock::now();
     if (now >= next_sweep) {
       Sweep();
       next_sweep = now + std::chrono::milliseconds(kSweepMs);

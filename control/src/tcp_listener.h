@@ -35,7 +35,7 @@
 #include "control/src/connection_table.h"
 #include "control/src/h2_inspector.h"
 #include "control/src/refusal_log.h"
-#include "control/src/tls_connection.h"
+#include "control/src/relay.h"
 #include "control/src/tls_context.h"
 
 namespace mt::control {
@@ -58,6 +58,8 @@ class TcpListener {
   // Starts accepting; connection slot i goes to gRPC through
   // `acceptors[i]` (which must outlive Stop()).
   void Start(std::vector<grpc::experimental::ExternalConnectionAcceptor*> acceptors);
+  // Stops accepting; the connections open are still served. Idempotent.
+  void StopAccepting();
   // Stops accepting and closes every connection. Idempotent.
   void Stop();
 
@@ -77,7 +79,7 @@ class TcpListener {
               ConnectionLimits limits, H2Limits frames, std::shared_ptr<RefusalLog> refusals);
 
   struct Served {
-    std::unique_ptr<TlsConnection> conn;
+    std::unique_ptr<Relay> conn;
     int slot = -1;
     std::string host;  // The peer's address without its port.
   };
@@ -88,10 +90,10 @@ class TcpListener {
   // the backlog with the spare descriptor and closes it, so the peer
   // hears at once and the listener does not spin.
   void ShedWithoutDescriptors();
-  // Drives a connection and brings everything after it up to date:
-  // hands it to gRPC once its handshake is done, re-arms its sockets, or
-  // forgets it once closed.
-  void Drive(ConnectionTable::Id id, Served& s);
+  // Brings everything up to date after a connection was driven to
+  // `state`: hands it to gRPC once its handshake is done, re-arms its
+  // sockets, or forgets it once closed.
+  void Drive(ConnectionTable::Id id, Served& s, Relay::State state);
   void HandOver(ConnectionTable::Id id, Served& s);
   void Forget(ConnectionTable::Id id);
   void Sweep();

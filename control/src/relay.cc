@@ -1,4 +1,4 @@
-#include "control/src/tls_connection.h"
+#include "control/src/relay.h"
 
 #include <openssl/err.h>
 #include <sys/epoll.h>
@@ -20,32 +20,46 @@ constexpr std::size_t kChunk = 16 * 1024;
 
 }  // namespace
 
-TlsConnection::TlsConnection(int fd, SSL* ssl, H2Limits limits, Clock::time_point now)
+Relay::Relay(int fd, SSL* ssl, H2Limits limits, Clock::time_point now)
     : accepted_at(now), fd_(fd), ssl_(ssl), inspector_(limits, now) {}
 
-TlsConnection::~TlsConnection() {
+Relay::~Relay() {
   SSL_free(ssl_);
   close(fd_);
   if (inner_ >= 0) close(inner_);
 }
 
-void TlsConnection::Fail(std::string why) {
+void Relay::Fail(std::string why) {
   if (state_ == State::kClosed) return;
   state_ = State::kClosed;
   why_ = std::move(why);
   ERR_clear_error();
 }
 
-void TlsConnection::Close(std::string why) { Fail(std::move(why)); }
+void Relay::Close(std::string why) { Fail(std::move(why)); }
 
-std::string TlsConnection::subject() const { return TlsContext::PeerSubject(ssl_); }
+std::string Relay::subject() const {
+  return ssl_ != nullptr ? TlsContext::PeerSubject(ssl_) : std::string();
+}
 
-void TlsConnection::AttachInner(int inner) {
+void Relay::Rearm(int epoll_fd, std::uint64_t id) const {
+  epoll_event ev{};
+  ev.events = fd_events();
+  ev.data.u64 = 2 * id;
+  epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd_, &ev);
+  if (inner_ >= 0) {
+    ev.events = inner_events();
+    ev.data.u64 = 2 * id + 1;
+    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, inner_, &ev);
+  }
+}
+
+void Relay::AttachInner(int inner) {
   inner_ = inner;
   if (state_ == State::kHandshakeDone) state_ = State::kOpen;
 }
 
-std::uint32_t TlsConnection::fd_events() const {
+std::uint32_t Relay::fd_events() const {
   if (state_ == State::kClosed) return 0;
   std::uint32_t events = 0;
   if (state_ == State::kHandshake) {
@@ -60,7 +74,7 @@ std::uint32_t TlsConnection::fd_events() const {
   return events;
 }
 
-std::uint32_t TlsConnection::inner_events() const {
+std::uint32_t Relay::inner_events() const {
   if (state_ != State::kOpen || inner_ < 0) return 0;
   std::uint32_t events = 0;
   if (!inner_eof_ && to_peer_.size() < kMaxBuffered) events |= EPOLLIN;
@@ -68,7 +82,7 @@ std::uint32_t TlsConnection::inner_events() const {
   return events;
 }
 
-TlsConnection::State TlsConnection::Drive(Clock::time_point now) {
+Relay::State Relay::Drive(Clock::time_point now) {
   if (state_ == State::kHandshake) {
     Handshake();
     return state_;
@@ -84,7 +98,24 @@ TlsConnection::State TlsConnection::Drive(Clock::time_point now) {
   return state_;
 }
 
-void TlsConnection::Handshake() {
+Relay::State Relay::OnEvent(bool inner, std::uint32_t events, Clock::time_point now) {
+  if (inner && (events & (EPOLLHUP | EPOLLERR)) != 0) {
+    Drive(now);
+    Fail("");
+    return state_;
+  }
+  if (!inner && (events & EPOLLERR) != 0) {
+    Fail("");
+    return state_;
+  }
+  return Drive(now);
+}
+
+void Relay::Handshake() {
+  if (ssl_ == nullptr) {
+    state_ = State::kHandshakeDone;
+    return;
+  }
   const int rc = SSL_do_handshake(ssl_);
   if (rc == 1) {
     state_ = State::kHandshakeDone;
@@ -101,11 +132,11 @@ void TlsConnection::Handshake() {
   }
 }
 
-void TlsConnection::ReadPeer(Clock::time_point now) {
+void Relay::ReadPeer(Clock::time_point now) {
   char buf[kChunk];
   read_wants_write_ = false;
   while (state_ == State::kOpen && to_inner_.size() < kMaxBuffered) {
-    const int n = SSL_read(ssl_, buf, sizeof(buf));
+    const int n = ssl_ != nullptr ? SSL_read(ssl_, buf, sizeof(buf)) : ReadPlain(buf);
     if (n > 0) {
       if (!inspector_.Feed(buf, static_cast<std::size_t>(n), now)) {
         broke_limit_ = true;
@@ -114,6 +145,11 @@ void TlsConnection::ReadPeer(Clock::time_point now) {
       }
       to_inner_.append(buf, static_cast<std::size_t>(n));
       continue;
+    }
+    if (ssl_ == nullptr) {
+      if (n < 0) return;  // Nothing more to read now.
+      Fail("");           // The peer closed (or reset) its end.
+      return;
     }
     const int err = SSL_get_error(ssl_, n);
     if (err == SSL_ERROR_WANT_READ) return;
@@ -128,7 +164,26 @@ void TlsConnection::ReadPeer(Clock::time_point now) {
   }
 }
 
-void TlsConnection::WriteInner() {
+int Relay::ReadPlain(char* buf) {
+  for (;;) {
+    const ssize_t n = recv(fd_, buf, kChunk, 0);
+    if (n >= 0) return static_cast<int>(n);
+    if (errno == EINTR) continue;
+    // -1: would block; 0: the end (an error ends it just the same).
+    return errno == EAGAIN || errno == EWOULDBLOCK ? -1 : 0;
+  }
+}
+
+int Relay::WritePlain(std::size_t size) {
+  for (;;) {
+    const ssize_t n = send(fd_, to_peer_.data(), size, MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<int>(n);
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? -1 : 0;
+  }
+}
+
+void Relay::WriteInner() {
   while (state_ == State::kOpen && !to_inner_.empty()) {
     const ssize_t n = send(inner_, to_inner_.data(), to_inner_.size(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -142,7 +197,7 @@ void TlsConnection::WriteInner() {
   }
 }
 
-void TlsConnection::ReadInner() {
+void Relay::ReadInner() {
   char buf[kChunk];
   while (state_ == State::kOpen && !inner_eof_ && to_peer_.size() < kMaxBuffered) {
     const ssize_t n = recv(inner_, buf, sizeof(buf), 0);
@@ -156,15 +211,25 @@ void TlsConnection::ReadInner() {
   }
 }
 
-void TlsConnection::WritePeer(Clock::time_point now) {
+void Relay::WritePeer(Clock::time_point now) {
   write_wants_write_ = false;
   while (state_ == State::kOpen && !to_peer_.empty()) {
-    const int n = SSL_write(ssl_, to_peer_.data(),
-                            static_cast<int>(std::min(to_peer_.size(), kChunk)));
+    const std::size_t chunk = std::min(to_peer_.size(), kChunk);
+    const int n = ssl_ != nullptr ? SSL_write(ssl_, to_peer_.data(), static_cast<int>(chunk))
+                                  : WritePlain(chunk);
     if (n > 0) {
       to_peer_.erase(0, static_cast<std::size_t>(n));
       stalled_since_ = to_peer_.empty() ? Clock::time_point{} : now;
       continue;
+    }
+    if (ssl_ == nullptr) {
+      if (n < 0) {  // The peer's socket is full.
+        write_wants_write_ = true;
+        if (stalled_since_ == Clock::time_point{}) stalled_since_ = now;
+        return;
+      }
+      Fail("");  // The peer is gone.
+      return;
     }
     const int err = SSL_get_error(ssl_, n);
     if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {

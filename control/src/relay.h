@@ -1,12 +1,13 @@
-// One connection of the TCP listener: the peer's socket under TLS on one
-// side, the local socket gRPC serves on the other, and the bytes between
-// them, inspected on their way in and bounded both ways.
+// One connection of a listener of the control plane: the peer's socket on
+// one side (under TLS for the TCP listener, in the clear for the Unix
+// socket's), the local socket gRPC serves on the other, and the bytes
+// between them, inspected on their way in and bounded both ways.
 //
-// Driven by the listener's single thread: Drive() does all that can be
+// Driven by its listener's single thread: Drive() does all that can be
 // done without blocking and says which readiness it waits for next.
 
-#ifndef MT_ASYNCIO_CONTROL_SRC_TLS_CONNECTION_H_
-#define MT_ASYNCIO_CONTROL_SRC_TLS_CONNECTION_H_
+#ifndef MT_ASYNCIO_CONTROL_SRC_RELAY_H_
+#define MT_ASYNCIO_CONTROL_SRC_RELAY_H_
 
 #include <openssl/ssl.h>
 
@@ -18,7 +19,7 @@
 
 namespace mt::control {
 
-class TlsConnection {
+class Relay {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -27,17 +28,23 @@ class TlsConnection {
   static constexpr std::size_t kMaxBuffered = 256 * 1024;
 
   // Takes `fd` (the accepted socket, non-blocking) and `ssl` (a server
-  // session on it).
-  TlsConnection(int fd, SSL* ssl, H2Limits limits, Clock::time_point now = Clock::now());
-  ~TlsConnection();
-  TlsConnection(const TlsConnection&) = delete;
-  TlsConnection& operator=(const TlsConnection&) = delete;
+  // session on it, or nullptr: the peer speaks in the clear and there is
+  // no handshake, so Drive() reports kHandshakeDone at once).
+  Relay(int fd, SSL* ssl, H2Limits limits, Clock::time_point now = Clock::now());
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
 
   enum class State { kHandshake, kHandshakeDone, kOpen, kClosed };
   // Moves bytes until every side would block. kHandshakeDone once, when
   // the handshake has just finished: the caller attaches the gRPC side
   // (AttachInner) and drives again.
   State Drive(Clock::time_point now = Clock::now());
+  // Drive() for readiness `events` (epoll's) on the peer's socket or, with
+  // `inner`, on gRPC's: a hangup or error on gRPC's side forwards what it
+  // sent last and ends the connection (waiting on the peer could spin on
+  // the hangup), an error on the peer's ends it.
+  State OnEvent(bool inner, std::uint32_t events, Clock::time_point now = Clock::now());
   // Takes `inner` (non-blocking): the socket whose other end gRPC serves.
   void AttachInner(int inner);
 
@@ -49,6 +56,9 @@ class TlsConnection {
   // The epoll events each socket waits for now.
   std::uint32_t fd_events() const;
   std::uint32_t inner_events() const;
+  // Sets both sockets' interest in `epoll_fd` to the events above, the
+  // peer's under tag `2 * id`, the inner one's under `2 * id + 1`.
+  void Rearm(int epoll_fd, std::uint64_t id) const;
 
   bool handshaken() const { return state_ != State::kHandshake; }
   const Clock::time_point accepted_at;
@@ -67,6 +77,10 @@ class TlsConnection {
   void WriteInner();
   void ReadInner();
   void WritePeer(Clock::time_point now);
+  // The peer's socket in the clear: bytes moved, -1 when it would block,
+  // 0 when it has ended.
+  int ReadPlain(char* buf);
+  int WritePlain(std::size_t size);
   void Fail(std::string why);
 
   const int fd_;
@@ -90,4 +104,4 @@ class TlsConnection {
 
 }  // namespace mt::control
 
-#endif  // MT_ASYNCIO_CONTROL_SRC_TLS_CONNECTION_H_
+#endif  // MT_ASYNCIO_CONTROL_SRC_RELAY_H_
