@@ -139,3 +139,166 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+class TickMeter:
+    """The workload's rate, read from a service_app.py --tick-file: the
+    service writes (ticks, CLOCK_MONOTONIC ns) there every 20 ms."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def read(self):
+        """(ticks, seconds) as the service last wrote them."""
+        import struct
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                with open(self.path, "rb") as f:
+                    first, second = f.read(16), None
+                    f.seek(0)
+                    second = f.read(16)
+            except FileNotFoundError:
+                first = None
+            if first is not None and len(first) == 16 and first == second:
+                ticks, ns = struct.unpack("=QQ", first)
+                if ns:
+                    return ticks, ns / 1e9
+            assert time.monotonic() < deadline, "the service never wrote its ticks"
+            time.sleep(0.005)
+
+    @staticmethod
+    def rate(start, end):
+        return (end[0] - start[0]) / (end[1] - start[1])
+
+
+class Watchman:
+    """Watches a live service while it is attacked: its tick rate, an
+    admin's GetInfo over the Unix socket every 250 ms (how long each took),
+    RSS and open descriptors. The same probes run while the baseline is
+    measured, so their own cost is in both.
+
+    with watchman.attack("name"): ...   measures the attack and keeps the
+    figures in watchman.results; check() asserts the bars of the hostile
+    suite on all of them."""
+
+    PROBE_EVERY = 0.25
+
+    def __init__(self, svc, meter, min_seconds=3.0):
+        self.svc = svc
+        self.meter = meter
+        self.min_seconds = min_seconds
+        self.results = []
+        self.baseline_rate = None
+        self.baseline_rss = None
+        self.baseline_fds = None
+
+    def _probe(self, stop, figures):
+        while not stop.is_set():
+            start = time.monotonic()
+            proc = self.svc.mtctl("-o", "json", "info", check=False, timeout=10)
+            took = time.monotonic() - start
+            figures["probes"] += 1
+            figures["slowest_probe"] = max(figures["slowest_probe"], took)
+            if proc.returncode != 0:
+                figures["failed_probes"].append(proc.stderr.strip()[-300:])
+            figures["peak_rss_kib"] = max(figures["peak_rss_kib"], rss_kib(self.svc.pid))
+            stop.wait(max(0.0, self.PROBE_EVERY - took))
+
+    def _measure(self, body, seconds):
+        figures = {"probes": 0, "slowest_probe": 0.0, "failed_probes": [],
+                   "peak_rss_kib": rss_kib(self.svc.pid)}
+        stop = threading.Event()
+        prober = threading.Thread(target=self._probe, args=(stop, figures), daemon=True)
+        start_ticks = self.meter.read()
+        started = time.monotonic()
+        prober.start()
+        try:
+            body()
+            time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+        finally:
+            end_ticks = self.meter.read()
+            stop.set()
+            prober.join(WAIT)
+        figures["end_rss_kib"] = rss_kib(self.svc.pid)
+        figures["seconds"] = end_ticks[1] - start_ticks[1]
+        figures["rate"] = TickMeter.rate(start_ticks, end_ticks)
+        return figures
+
+    def baseline(self, seconds=4.0):
+        """The undisturbed rate, RSS and descriptors (with the probes on)."""
+        figures = self._measure(lambda: None, seconds)
+        self.baseline_rate = figures["rate"]
+        self.baseline_rss = rss_kib(self.svc.pid)
+        self.baseline_fds = len(os.listdir(f"/proc/{self.svc.pid}/fd"))
+        print(f"baseline: {self.baseline_rate:.0f} ticks/s, RSS "
+              f"{self.baseline_rss / 1024:.1f} MiB, {self.baseline_fds} fds, slowest GetInfo "
+              f"{figures['slowest_probe'] * 1000:.0f} ms")
+        return figures
+
+    def attack(self, name, run):
+        """Runs run() (the attack, on a thread of its own at nice 19, so
+        that the attacker's own CPU, on the same two cores as the service,
+        weighs as little as it can), measures, and returns the figures."""
+        outcome = {}
+
+        def attacker():
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            try:
+                outcome["value"] = run()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below.
+                outcome["error"] = exc
+
+        def body():
+            thread = threading.Thread(target=attacker, daemon=True)
+            thread.start()
+            thread.join(120)
+            assert not thread.is_alive(), f"{name}: the attack did not end"
+
+        figures = self._measure(body, self.min_seconds)
+        if "error" in outcome:
+            raise outcome["error"]
+        figures["name"] = name
+        figures["value"] = outcome.get("value")
+        figures["ratio"] = figures["rate"] / self.baseline_rate
+        self.results.append(figures)
+        print(f"{name}: {figures['rate']:.0f} ticks/s ({figures['ratio']:.0%} of the "
+              f"baseline) over {figures['seconds']:.1f} s; GetInfo {figures['probes']} "
+              f"times, slowest {figures['slowest_probe'] * 1000:.0f} ms, "
+              f"{len(figures['failed_probes'])} failed; RSS peak +"
+              f"{(figures['peak_rss_kib'] - self.baseline_rss) / 1024:.1f} MiB, +"
+              f"{(figures['end_rss_kib'] - self.baseline_rss) / 1024:.1f} at the end",
+              flush=True)
+        return figures
+
+    def check(self, results=None, min_ratio=0.9, max_probe=1.0, max_rss_mib=64):
+        """The bars, on `results` (default: every attack so far): each
+        attack kept min_ratio of the tick rate, every GetInfo answered
+        within max_probe seconds, RSS within max_rss_mib of the baseline at
+        its peak."""
+        bad = []
+        for f in self.results if results is None else results:
+            if f["ratio"] < min_ratio:
+                bad.append(f"{f['name']}: tick rate {f['ratio']:.0%} of the baseline")
+            if f["failed_probes"]:
+                bad.append(f"{f['name']}: GetInfo failed: {f['failed_probes'][:2]}")
+            if f["slowest_probe"] > max_probe:
+                bad.append(f"{f['name']}: GetInfo took {f['slowest_probe']:.2f} s")
+            grown = (f["peak_rss_kib"] - self.baseline_rss) / 1024
+            if grown > max_rss_mib:
+                bad.append(f"{f['name']}: RSS {grown:.1f} MiB above the baseline")
+        assert not bad, "; ".join(bad)
+
+    def settled(self, max_rss_mib=16, timeout=10):
+        """After the attackers left: RSS within max_rss_mib of the baseline
+        and descriptors back to it, within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            grown = (rss_kib(self.svc.pid) - self.baseline_rss) / 1024
+            fds = len(os.listdir(f"/proc/{self.svc.pid}/fd"))
+            if grown <= max_rss_mib and fds <= self.baseline_fds:
+                return grown, fds
+            assert time.monotonic() < deadline, (
+                f"after the attacks: RSS {grown:.1f} MiB above the baseline, "
+                f"{fds} descriptors (baseline {self.baseline_fds})")
+            time.sleep(0.2)

@@ -28,6 +28,7 @@ import mt_asyncio
 import mt_asyncio.control as control
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # The helpers beside it.
+import attackers  # noqa: E402
 import harness  # noqa: E402
 from harness import MTCTL, Service  # noqa: E402
 
@@ -442,80 +443,26 @@ def test_refusals_name_their_peer_and_are_counted_per_peer(tls_service, tls_file
     assert re.search(r"refused +ipv4:127\.0\.0\.1, 1 unauthenticated, 1 denied", table), table
 
 
-def _grpc_calls_over_tls(port, ca, path, count, authorization=None):
-    """`count` calls of `path` with an empty request on one TLS connection
-    (raw HTTP/2, 8 streams at a time); returns their grpc-status values."""
-    import ssl
-
-    import h2.config
-    import h2.connection
-    import h2.events
-    context = ssl.create_default_context(cafile=ca)
-    # The test CA (openssl req -x509) has no key-usage extension, which
-    # Python's strict default refuses; gRPC's clients accept it.
-    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    context.set_alpn_protocols(["h2"])
-    raw = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
-    sock = context.wrap_socket(raw, server_hostname="localhost")
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    sock.sendall(conn.data_to_send())
-    headers = [(":method", "POST"), (":scheme", "https"), (":path", path),
-               (":authority", "localhost"), ("content-type", "application/grpc"),
-               ("te", "trailers")]
-    if authorization:
-        headers.append(("authorization", authorization))
-    statuses = []
-    try:
-        while len(statuses) < count:
-            batch = {}
-            for _ in range(min(8, count - len(statuses))):
-                stream = conn.get_next_available_stream_id()
-                conn.send_headers(stream, headers)
-                conn.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)
-                batch[stream] = None
-            sock.sendall(conn.data_to_send())
-            while any(v is None for v in batch.values()):
-                data = sock.recv(65536)
-                assert data, "the server closed the connection"
-                for event in conn.receive_data(data):
-                    if isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
-                        found = dict((k.decode() if isinstance(k, bytes) else k,
-                                      v.decode() if isinstance(v, bytes) else v)
-                                     for k, v in event.headers)
-                        if "grpc-status" in found and event.stream_id in batch:
-                            batch[event.stream_id] = int(found["grpc-status"])
-                    elif isinstance(event, h2.events.StreamReset) and event.stream_id in batch:
-                        batch[event.stream_id] = -1
-                pending = conn.data_to_send()
-                if pending:
-                    sock.sendall(pending)
-            statuses.extend(batch.values())
-    finally:
-        sock.close()
-    return statuses
-
-
-UNAUTHENTICATED = 16
+UNAUTHENTICATED = attackers.UNAUTHENTICATED
 
 
 def test_a_refusal_flood_is_logged_at_a_bounded_rate_with_exact_counts(tls_service, tls_files):
     svc = tls_service
     ca = os.path.join(tls_files, "ca.pem")
     calls = 400
-    statuses = _grpc_calls_over_tls(svc.control_tcp_port, ca, "/grpc.health.v1.Health/Check",
-                                    calls)
+    statuses = attackers.grpc_calls("/grpc.health.v1.Health/Check", calls,
+                                    port=svc.control_tcp_port, ca=ca)
     assert statuses == [UNAUTHENTICATED] * calls
     # A second apart: the rate limit lets some lines of the second flood
     # through however fast the first ran.
     time.sleep(1)
-    statuses = _grpc_calls_over_tls(svc.control_tcp_port, ca,
-                                    "/mt.control.v1.RuntimeControl/GetInfo", calls,
-                                    authorization="Bearer " + "0123456789abcdef" * 2)
+    statuses = attackers.grpc_calls("/mt.control.v1.RuntimeControl/GetInfo", calls,
+                                    authorization="Bearer " + "0123456789abcdef" * 2,
+                                    port=svc.control_tcp_port, ca=ca)
     assert statuses == [UNAUTHENTICATED] * calls
     time.sleep(1.5)  # Let the rate limit refill: the next line reports the gap.
-    assert _grpc_calls_over_tls(svc.control_tcp_port, ca, "/grpc.health.v1.Health/Check",
-                                1) == [UNAUTHENTICATED]
+    assert attackers.grpc_calls("/grpc.health.v1.Health/Check", 1,
+                                port=svc.control_tcp_port, ca=ca) == [UNAUTHENTICATED]
     deadline = time.monotonic() + 10  # The service's stderr comes through a pipe.
     while True:
         lines = [line for line in svc.stderr if "-> UNAUTHENTICATED" in line]
@@ -603,43 +550,15 @@ def test_rss_stays_flat_while_grpc_starts_and_retires_threads():
 # --- after authentication: a client that never reads ---------------------------
 
 
-def _zero_window_calls(port, ca, path, streams, authorization):
-    """A TLS connection that opens `streams` calls of `path` and never lets
-    the server send a byte of any answer (stream windows of 0, never
-    raised). Returns the socket: the calls last until it is closed."""
-    import ssl
-
-    import h2.config
-    import h2.connection
-    import h2.settings
-    context = ssl.create_default_context(cafile=ca)
-    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    context.set_alpn_protocols(["h2"])
-    sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=WAIT),
-                               server_hostname="localhost")
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.local_settings = h2.settings.Settings(
-        client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
-    conn.initiate_connection()
-    for _ in range(streams):
-        stream = conn.get_next_available_stream_id()
-        conn.send_headers(stream, [(":method", "POST"), (":scheme", "https"), (":path", path),
-                                   (":authority", "localhost"),
-                                   ("content-type", "application/grpc"), ("te", "trailers"),
-                                   ("authorization", authorization)])
-        conn.send_data(stream, b"\x00\x00\x00\x00\x00", end_stream=True)
-    sock.sendall(conn.data_to_send())
-    return sock
-
-
 def test_a_read_only_client_that_never_reads_cannot_starve_the_admin(tls_service, tls_files):
     svc = tls_service
     with open(os.path.join(tls_files, "readonly.token")) as f:
         read_only = "Bearer " + f.read().strip()
     threads_before = len(os.listdir(f"/proc/{svc.pid}/task"))
-    attackers = [_zero_window_calls(svc.control_tcp_port, os.path.join(tls_files, "ca.pem"),
-                                    "/mt.control.v1.RuntimeControl/GetInfo", 16, read_only)
-                 for _ in range(8)]
+    socks = [attackers.zero_window_calls("/mt.control.v1.RuntimeControl/GetInfo", 16,
+                                         read_only, port=svc.control_tcp_port,
+                                         ca=os.path.join(tls_files, "ca.pem"))
+             for _ in range(8)]
     try:
         time.sleep(1)  # Let the server take all 128 calls in.
         for _ in range(5):
@@ -658,7 +577,7 @@ def test_a_read_only_client_that_never_reads_cannot_starve_the_admin(tls_service
             time.sleep(0.5)
         assert len(os.listdir(f"/proc/{svc.pid}/task")) <= threads_before + 4
     finally:
-        for sock in attackers:
+        for sock in socks:
             sock.close()
 
 
@@ -667,19 +586,6 @@ def test_a_read_only_client_that_never_reads_cannot_starve_the_admin(tls_service
 
 def _open_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def _silent_peers(port, count, addresses):
-    """`count` plain TCP connections to `port` from `addresses` sources of
-    127.0.1.0/24, round robin, that never send a byte."""
-    socks = []
-    for i in range(count):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((f"127.0.1.{i % addresses + 1}", 0))
-        s.settimeout(WAIT)
-        s.connect(("127.0.0.1", port))
-        socks.append(s)
-    return socks
 
 
 def test_hundreds_of_silent_tcp_peers_hold_at_most_the_cap_and_leave_nothing(
@@ -692,7 +598,7 @@ def test_hundreds_of_silent_tcp_peers_hold_at_most_the_cap_and_leave_nothing(
     time.sleep(0.5)
     baseline = _open_fds(svc.pid)
     refused_before = int(svc.json("info")["control"].get("refused_connections", 0))
-    socks = _silent_peers(svc.control_tcp_port, 500, addresses=100)
+    socks = attackers.silent_peers(svc.control_tcp_port, 500, addresses=100)
     try:
         time.sleep(0.5)
         start = time.monotonic()
@@ -767,39 +673,6 @@ def test_tls_peers_that_never_call_are_closed_at_the_first_call_deadline(
 # --- before authentication: HTTP/2 floods inside a TLS connection --------------
 
 
-def _frame(kind, flags, stream, payload=b""):
-    return (len(payload).to_bytes(3, "big") + bytes([kind, flags]) +
-            (stream & 0x7FFFFFFF).to_bytes(4, "big") + payload)
-
-
-def _tls_h2_socket(port, ca):
-    """A TLS connection that has sent the HTTP/2 preface and SETTINGS."""
-    import ssl
-    context = ssl.create_default_context(cafile=ca)
-    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    context.set_alpn_protocols(["h2"])
-    sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=WAIT),
-                               server_hostname="localhost")
-    sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(0x4, 0, 0))
-    return sock
-
-
-def _flood_until_closed(sock, frames, limit_bytes):
-    """Sends `frames` (bytes, repeated) until the server closes the
-    connection or `limit_bytes` are sent; returns the bytes sent. Never
-    reads what the server sends, except to see the end."""
-    import ssl
-    sent = 0
-    sock.settimeout(5)
-    try:
-        while sent < limit_bytes:
-            sock.sendall(frames)
-            sent += len(frames)
-    except (BrokenPipeError, ConnectionResetError, ssl.SSLError, TimeoutError, socket.timeout):
-        pass
-    return sent
-
-
 def _flood_was_cut(svc, pattern, count, timeout=10):
     return len(_stderr_lines(svc, pattern, count, timeout)) >= count
 
@@ -815,29 +688,13 @@ def test_http2_floods_before_any_call_are_cut_and_leave_no_memory(tls_service, t
     time.sleep(0.5)
     baseline = _rss_mib(svc.pid)
     peak = baseline
-    floods = {
-        # A header block that never ends: HEADERS, then CONTINUATIONs.
-        "continuation": (_frame(0x1, 0, 1, b"\x00" * 16384),
-                         _frame(0x9, 0, 1, b"\x00" * 16384) * 64,
-                         r"a header block of more than 32768 bytes"),
-        # PINGs whose answers are never read.
-        "ping": (b"", _frame(0x6, 0, 0, b"\x00" * 8) * 1000,
-                 r"PING, SETTINGS, RST_STREAM, PRIORITY, WINDOW_UPDATE or empty DATA frames"),
-        # SETTINGS, each owed an acknowledgement.
-        "settings": (b"", _frame(0x4, 0, 0) * 1000, r"PING, SETTINGS"),
-        # Streams opened and reset at once (the "rapid reset").
-        "rapid reset": (b"", b"".join(_frame(0x1, 0x4, s, b"\x82\x87\x84") +
-                                      _frame(0x3, 0, s, b"\x00\x00\x00\x08")
-                                      for s in range(1, 2000, 2)),
-                        r"PING, SETTINGS"),
-    }
-    for name, (opening, frames, pattern) in floods.items():
-        socks = [_tls_h2_socket(svc.control_tcp_port, ca) for _ in range(4)]
+    for name, (opening, frames, pattern) in attackers.FLOODS.items():
+        socks = [attackers.h2_socket(port=svc.control_tcp_port, ca=ca) for _ in range(4)]
         try:
             for sock in socks:
                 if opening:
                     sock.sendall(opening)
-                sent = _flood_until_closed(sock, frames, 32 << 20)
+                sent = attackers.flood_until_closed(sock, frames, 32 << 20)
                 assert sent < 8 << 20, f"{name}: {sent} bytes taken without closing"
             start = time.monotonic()
             svc.json("info")

@@ -11,10 +11,16 @@ so the suite can follow it:
   {"event": "batch", "done": N, "expected": N}   one per finished batch
   {"event": "exit", ...}                          counts at the end
 
-With --hang-thread one to_thread job never returns (a shutdown must give
-up on it). With --hostile-name one waiting task is named with what a
-process may hold and a terminal must never act on: an escape sequence,
-a bell, a lone surrogate and a long run of two-byte characters.
+With --tick-file PATH the spinners count their rounds ("ticks") and a
+thread writes the count and the time it was read (two native 64-bit
+integers: ticks, CLOCK_MONOTONIC nanoseconds) into that 16-byte file every
+20 ms, so a suite can follow the workload's rate from outside without
+asking the process anything. --tasks N adds N tasks that wait forever (a
+process with many tasks to list). With --hang-thread one to_thread job
+never returns (a shutdown must give up on it). With --hostile-name one
+waiting task is named with what a process may hold and a terminal must
+never act on: an escape sequence, a bell, a lone surrogate and a long run
+of two-byte characters.
 """
 
 import argparse
@@ -54,12 +60,29 @@ async def guarded(coro_fn, *args):
         bump("finally_ran")
 
 
+ticks = [0] * 4  # One slot per spinner: no lock on the hot path.
+
+
 async def spinner(i):
     while True:
         total = 0
         for k in range(20_000):
             total += k
+        ticks[i] += 1
         await asyncio.sleep(0.005)
+
+
+def publish_ticks(path, stop):
+    """Writes (ticks, now) into `path` every 20 ms until `stop` is set."""
+    import mmap
+    import struct
+    with open(path, "w+b") as f:
+        f.write(b"\0" * 16)
+        f.flush()
+        with mmap.mmap(f.fileno(), 16) as shared:
+            while not stop.wait(0.02):
+                # One 16-byte store; a reader that fears a torn pair reads twice.
+                shared[:16] = struct.pack("=QQ", sum(ticks), time.monotonic_ns())
 
 
 async def producer(queue):
@@ -125,6 +148,8 @@ async def main(args):
         asyncio.create_task(guarded(thread_jobs), name="thread-jobs"),
         asyncio.create_task(guarded(batches, args.batch, args.pause), name="batches"),
     ]
+    tasks += [asyncio.create_task(guarded(asyncio.sleep, 3600), name=f"idle-{k}")
+              for k in range(args.tasks)]
     if args.hostile_name:
         tasks.append(asyncio.create_task(guarded(asyncio.sleep, 3600), name=HOSTILE_NAME))
     if args.hang_thread:
@@ -153,8 +178,14 @@ def run():
     parser.add_argument("--pause", type=float, default=0.05)
     parser.add_argument("--hang-thread", action="store_true")
     parser.add_argument("--hostile-name", action="store_true")
+    parser.add_argument("--tick-file")
+    parser.add_argument("--tasks", type=int, default=0)
     args = parser.parse_args()
     started = time.monotonic()
+    if args.tick_file:
+        stop_ticks = threading.Event()
+        threading.Thread(target=publish_ticks, args=(args.tick_file, stop_ticks),
+                         daemon=True).start()
     try:
         asyncio.run(main(args), threads=args.threads)
     except asyncio.CancelledError:
