@@ -8,6 +8,9 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
+#include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -51,8 +54,56 @@ v1::InterpreterInfo InterpreterFromDict(const py::dict& d) {
   return info;
 }
 
+// serve()'s limits (mt_asyncio.control.LIMITS: Python has checked each
+// name and range) into the options.
+void ApplyLimits(const py::dict& limits, ServerOptions* o) {
+  const auto ms = [](double seconds) {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000)));
+  };
+  for (const auto& [name_obj, value_obj] : limits) {
+    const std::string name = py::str(name_obj);
+    const double v = py::float_(py::reinterpret_borrow<py::object>(value_obj));
+    const int n = static_cast<int>(v);
+    if (name == "connections") {
+      o->connections.max_connections = n;
+    } else if (name == "unauthenticated_per_address") {
+      o->connections.max_per_peer = n;
+    } else if (name == "handshake_timeout_s") {
+      o->handshake_timeout_ms = static_cast<int>(ms(v).count());
+    } else if (name == "first_call_deadline_s") {
+      o->connections.first_call_deadline = ms(v);
+    } else if (name == "write_deadline_s") {
+      o->connections.write_deadline = ms(v);
+      o->call_limits.write_deadline = ms(v);
+    } else if (name == "idle_connection_s") {
+      o->max_connection_idle_ms = static_cast<int>(ms(v).count());
+    } else if (name == "calls_per_connection") {
+      o->call_limits.per_connection = n;
+    } else if (name == "read_only_calls") {
+      o->call_limits.read_only = n;
+    } else if (name == "watchers") {
+      o->limits.max_watchers = n;
+    } else if (name == "header_block_bytes") {
+      o->frames.max_header_block_bytes = static_cast<std::size_t>(n);
+    } else if (name == "control_frames_burst") {
+      o->frames.control_frames_burst = v;
+    } else if (name == "control_frames_per_second") {
+      o->frames.control_frames_per_second = v;
+    } else if (name == "admin_inspection_cpu_share") {
+      o->inspection.admin_cpu_share = v;
+    } else if (name == "read_only_inspection_cpu_share") {
+      o->inspection.read_only_cpu_share = v;
+    } else if (name == "inspection_wait_s") {
+      o->inspection.max_wait = ms(v);
+    } else {
+      throw py::value_error("unknown control-plane limit " + name);
+    }
+  }
+}
+
 std::unique_ptr<NativeServer> Serve(const std::string& socket_path, py::capsule abi_capsule,
-                                    const py::dict& interpreter, const py::object& tcp) {
+                                    const py::dict& interpreter, const py::object& tcp,
+                                    const py::dict& limits) {
   auto* abi = static_cast<const MtAdminAbi*>(
       PyCapsule_GetPointer(abi_capsule.ptr(), kMtAdminAbiCapsuleName));
   if (abi == nullptr) throw py::error_already_set();
@@ -62,6 +113,7 @@ std::unique_ptr<NativeServer> Serve(const std::string& socket_path, py::capsule 
   ServerOptions options;
   options.socket_path = socket_path;
   options.interpreter = InterpreterFromDict(interpreter);
+  ApplyLimits(limits, &options);
   if (!tcp.is_none()) {
     const py::dict d = tcp.cast<py::dict>();
     TcpOptions t;
@@ -94,5 +146,5 @@ PYBIND11_MODULE(_control, m, py::mod_gil_not_used()) {
       .def("stop", &NativeServer::Stop, py::arg("grace") = 1.0)
       .def_property_readonly("tcp_port", &NativeServer::tcp_port);
   m.def("serve", &mt::control::Serve, py::arg("socket_path"), py::arg("admin_abi"),
-        py::arg("interpreter"), py::arg("tcp") = py::none());
+        py::arg("interpreter"), py::arg("tcp") = py::none(), py::arg("limits") = py::dict());
 }

@@ -39,7 +39,7 @@ import threading
 
 from . import _core
 
-__all__ = ["serve", "ControlServer", "default_socket_path"]
+__all__ = ["serve", "ControlServer", "default_socket_path", "LIMITS"]
 
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 _MAX_SOCKET_PATH = 107
@@ -61,6 +61,63 @@ _MAX_TOKEN_BYTES = 4096
 # No certificate, key or token is this large; a bigger file (or a
 # device that never ends) is refused rather than read into memory.
 _MAX_FILE_BYTES = 1 << 20
+
+
+# Every bound the control plane keeps on its callers: name -> (default,
+# lowest, highest). Counts are whole numbers; names ending in _s are
+# seconds, in _share a share of one core. serve(limits={...}) and
+# MT_ASYNCIO_CONTROL_LIMITS="name=value,..." change them; docs/control.md
+# says what each one bounds.
+LIMITS = {
+    "connections": (64, 1, 4096),                # TCP connections open at once
+    "unauthenticated_per_address": (8, 1, 4096),  # ... from one address, before a valid call
+    "handshake_timeout_s": (10.0, 0.1, 3600.0),  # accept to the end of TLS
+    "first_call_deadline_s": (10.0, 0.1, 3600.0),  # accept to a call with a valid token
+    "write_deadline_s": (10.0, 0.1, 3600.0),     # bytes or an answer waiting on a client
+    "idle_connection_s": (60.0, 1.0, 86400.0),   # no call in progress
+    "calls_per_connection": (8, 1, 16),          # calls in flight on one connection
+    "read_only_calls": (16, 1, 48),              # read-only calls in flight, together
+    "watchers": (32, 1, 48),                     # Watch streams open
+    "header_block_bytes": (32768, 16384, 1 << 20),  # one HEADERS + CONTINUATIONs
+    "control_frames_burst": (256, 16, 1 << 20),  # PING, SETTINGS, RST_STREAM... at once
+    "control_frames_per_second": (32, 1, 1 << 20),  # ... then this many a second
+    "admin_inspection_cpu_share": (0.25, 0.01, 1.0),  # Python inspection, admins
+    "read_only_inspection_cpu_share": (0.05, 0.001, 1.0),  # ... read-only callers
+    "inspection_wait_s": (5.0, 0.1, 600.0),      # a read-only call's wait for its turn
+}
+
+
+def _limits(given):
+    """serve()'s `limits` checked against LIMITS: every name with its
+    value (the default where not given)."""
+    values = {name: default for name, (default, _, _) in LIMITS.items()}
+    for name, value in dict(given or {}).items():
+        if name not in LIMITS:
+            raise ValueError(f"unknown control-plane limit {name!r}; the limits are "
+                             + ", ".join(LIMITS))
+        default, lo, hi = LIMITS[name]
+        whole = isinstance(default, int)
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (whole and value != int(value)) or not lo <= value <= hi):
+            kind = "a whole number" if whole else "a number"
+            raise ValueError(f"control-plane limit {name} must be {kind} in [{lo}, {hi}], "
+                             f"got {value!r}")
+        values[name] = int(value) if whole else float(value)
+    return values
+
+
+def _limits_from_env(text):
+    """MT_ASYNCIO_CONTROL_LIMITS ("name=value,...") as a dict for _limits."""
+    limits = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            limits[name.strip()] = float(value) if "." in value else int(value)
+        except ValueError:
+            raise ValueError(f"expected name=value, got {item!r}") from None
+    return limits
 
 
 def _interpreter_info():
@@ -309,7 +366,7 @@ class ControlServer:
 
 
 def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
-          token_file=None, readonly_token_file=None):
+          token_file=None, readonly_token_file=None, limits=None):
     """Start the control service and return a ControlServer.
 
     ``path`` is the Unix socket (default: default_socket_path(), in a
@@ -327,7 +384,12 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
     nothing. Token and key files must be this user's and closed to others
     (0600), or root's and readable at most by its group (0640); no file
     may be a symbolic link.
+
+    ``limits`` changes the bounds the service keeps on its callers (a dict
+    of names in LIMITS to values; ValueError for an unknown name or a value
+    out of range).
     """
+    limit_values = _limits(limits)
     tcp_options = None
     if tcp is not None:
         tcp_options = _tcp_options(tcp, tls_cert, tls_key, client_ca, token_file,
@@ -351,7 +413,8 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
     except ImportError as exc:
         raise ImportError(
             "mt_asyncio's control extension is not available: " + str(exc)) from exc
-    native = _control.serve(path, _core._admin_abi, _interpreter_info(), tcp_options)
+    native = _control.serve(path, _core._admin_abi, _interpreter_info(), tcp_options,
+                            limit_values)
     tcp_host = None
     if tcp_options is not None:
         tcp_host = tcp_options["address"].rpartition(":")[0]
@@ -395,15 +458,20 @@ def _serve_from_env():
         return
     if path is False:
         return
-    tcp = {}
+    options = {}
+    try:
+        options["limits"] = _limits(_limits_from_env(os.environ.get(_ENV + "_LIMITS", "")))
+    except ValueError as exc:
+        print(f"mt_asyncio: {_ENV}_LIMITS: control plane not started: {exc}", file=sys.stderr)
+        return
     if os.environ.get(_ENV + "_TCP"):
-        tcp = {"tcp": os.environ[_ENV + "_TCP"]}
+        options["tcp"] = os.environ[_ENV + "_TCP"]
         for key in ("tls_cert", "tls_key", "client_ca", "token_file", "readonly_token_file"):
             file = os.environ.get(f"{_ENV}_{key.upper()}")
             if file:
-                tcp[key] = file
+                options[key] = file
     try:
-        _from_env = serve(path, **tcp)
+        _from_env = serve(path, **options)
     except Exception as exc:  # noqa: BLE001 - the service must still start.
         print(f"mt_asyncio: {_ENV}={value!r}: control plane not started: {exc}",
               file=sys.stderr)

@@ -327,6 +327,64 @@ def test_env_other_values_are_refused_not_taken_as_a_name(folder, value):
     assert "control plane not started" in err and "absolute path" in err
 
 
+# --- limits and their knobs ----------------------------------------------------
+
+
+@pytest.mark.parametrize("limits, problem", [
+    ({"conections": 64}, "unknown control-plane limit 'conections'"),
+    ({"connections": 0}, "connections must be a whole number in [1, 4096]"),
+    ({"connections": 8.5}, "connections must be a whole number"),
+    ({"read_only_calls": True}, "read_only_calls must be a whole number"),
+    ({"read_only_calls": 49}, "read_only_calls must be a whole number in [1, 48]"),
+    ({"write_deadline_s": "10"}, "write_deadline_s must be a number"),
+    ({"read_only_inspection_cpu_share": 0}, "must be a number in [0.001, 1.0]"),
+])
+def test_limits_out_of_range_or_unknown_are_refused(folder, limits, problem):
+    with pytest.raises(ValueError) as raised:
+        control.serve(os.path.join(folder, "x.sock"), limits=limits)
+    assert problem in str(raised.value)
+    assert not os.path.exists(os.path.join(folder, "x.sock"))
+
+
+def test_every_limit_has_a_default_within_its_range():
+    values = control._limits(None)
+    assert set(values) == set(control.LIMITS)
+    for name, (default, lo, hi) in control.LIMITS.items():
+        assert lo <= default <= hi and values[name] == default, name
+    assert control._limits({"watchers": 4, "write_deadline_s": 2})["write_deadline_s"] == 2.0
+
+
+def test_limits_from_the_environment_are_enforced():
+    # One Watch stream allowed: a second is refused while the first lasts.
+    svc = Service(env={"MT_ASYNCIO_CONTROL_LIMITS": "watchers=1, write_deadline_s=2.5"})
+    try:
+        first = subprocess.Popen([MTCTL, "--target", str(svc.pid), "watch", "--interval", "0.2"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=svc.env)
+        try:
+            assert first.stdout.readline(), "the first watcher got nothing"
+            second = svc.mtctl("watch", "--count", "1", check=False)
+            assert second.returncode != 0
+            assert "too many Watch streams open (1)" in second.stderr, second.stderr
+        finally:
+            first.kill()
+            first.wait(WAIT)
+    finally:
+        svc.close()
+
+
+@pytest.mark.parametrize("value", ["watchers=0", "watchers", "nope=3", "watchers=two"])
+def test_a_bad_limits_variable_serves_nothing_and_says_why(folder, value):
+    xdg = os.path.join(folder, "xdg")
+    os.makedirs(xdg, mode=0o700)
+    env = dict(os.environ, MT_ASYNCIO_CONTROL="1", MT_ASYNCIO_CONTROL_LIMITS=value,
+               XDG_RUNTIME_DIR=xdg, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run([sys.executable, "-c", _SHOW_ENV_SERVER], env=env,
+                          capture_output=True, text=True, timeout=WAIT)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) is None
+    assert "MT_ASYNCIO_CONTROL_LIMITS: control plane not started" in proc.stderr
+
+
 def test_env_absolute_path_is_served_only_in_a_safe_folder(folder):
     safe = os.path.join(folder, "safe")
     os.mkdir(safe, 0o700)
