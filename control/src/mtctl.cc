@@ -379,6 +379,12 @@ void PrintInfo(const v1::GetInfoResponse& info) {
     absl::PrintF("limits       %d calls over a cap, %d cancelled for not reading their answer\n",
                  info.control().calls_over_limit(), info.control().cancelled_writes());
   }
+  if (info.control().inspection_throttled_seconds() > 0 ||
+      info.control().inspections_refused() > 0) {
+    absl::PrintF("inspection   held back %s over its CPU share, %d read-only calls refused\n",
+                 Duration(info.control().inspection_throttled_seconds()),
+                 info.control().inspections_refused());
+  }
   // The peers refused most, one line each (-o json has them all).
   const auto& refusals = info.control().refusals();
   for (int i = 0; i < refusals.size() && i < 5; ++i) {

@@ -317,6 +317,7 @@ def test_read_only_list_tasks_in_loops(scene):
     assert set(statuses) <= {attackers.GRPC_OK, attackers.RESOURCE_EXHAUSTED}, set(statuses)
     assert attackers.GRPC_OK in statuses
     after = scene.svc.json("info")["control"]
+    assert re.search(r"inspection +held back .* over its CPU share", scene.svc.mtctl("info").stdout)
     print(f"ListTasks loops: {statuses.count(attackers.GRPC_OK)} answered, "
           f"{statuses.count(attackers.RESOURCE_EXHAUSTED)} refused; inspection throttled "
           f"{float(after.get('inspection_throttled_seconds', 0)) - float(before.get('inspection_throttled_seconds', 0)):.1f} s")
