@@ -95,6 +95,8 @@ void ApplyLimits(const py::dict& limits, ServerOptions* o) {
       o->inspection.read_only_cpu_share = v;
     } else if (name == "inspection_wait_s") {
       o->inspection.max_wait = ms(v);
+    } else if (name == "memory_quota_mib") {
+      o->memory_quota_bytes = static_cast<std::size_t>(n) << 20;
     } else {
       throw py::value_error("unknown control-plane limit " + name);
     }

@@ -139,6 +139,7 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   grpc::ResourceQuota quota("mt_asyncio_control");
   quota.SetMaxThreads(kMaxServerThreads);
+  quota.Resize(options.memory_quota_bytes);
   builder.SetResourceQuota(quota);
   builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, 2);

@@ -3,6 +3,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,9 @@ inline constexpr int kKeepaliveTimeMs = 30'000;
 inline constexpr int kKeepaliveTimeoutMs = 10'000;
 // Request metadata (all headers of one call together); ours is a token.
 inline constexpr int kMaxMetadataBytes = 16 * 1024;
+// gRPC's memory quota for the server's buffers (its transports read less,
+// and refuse new streams, as they near it).
+inline constexpr std::size_t kMemoryQuotaBytes = 64u << 20;
 
 struct ServerOptions {
   std::string socket_path;  // The Unix socket (always served).
@@ -64,6 +68,7 @@ struct ServerOptions {
   H2Limits frames;
   // The turns and CPU share of the methods that run Python.
   InspectionLimits inspection;
+  std::size_t memory_quota_bytes = kMemoryQuotaBytes;
 };
 
 // mt.control.v1, grpc.health.v1 and server reflection on the Unix socket

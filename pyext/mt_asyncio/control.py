@@ -84,6 +84,7 @@ LIMITS = {
     "admin_inspection_cpu_share": (0.25, 0.01, 1.0),  # Python inspection, admins
     "read_only_inspection_cpu_share": (0.05, 0.001, 1.0),  # ... read-only callers
     "inspection_wait_s": (5.0, 0.1, 600.0),      # a read-only call's wait for its turn
+    "memory_quota_mib": (64, 16, 65536),         # gRPC's buffers, all connections
 }
 
 
