@@ -24,6 +24,7 @@ descriptor-exhaustion episode the TLS listener must come back from.
 import concurrent.futures
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -224,6 +225,41 @@ def test_http2_floods_on_the_unix_socket(scene):
                            lambda: _floods(lambda: {"unix": scene.svc.socket}))
     _check_floods_were_cut(scene, figures, mark, before, uid,
                            rf"closed a connection from {uid} pid=\d+ on the socket: ")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_connections_from_another_uid(scene):
+    import pwd
+    svc = scene.svc
+    nobody = pwd.getpwnam("nobody")
+    folders = (svc.runtime_dir, os.path.dirname(svc.socket))
+    # The private folder is the first gate: open it to reach the second.
+    for path in folders:
+        os.chmod(path, 0o755)
+    os.chmod(svc.socket, 0o666)
+    probe = ("import socket, sys\n"
+             "socks = []\n"
+             "for _ in range(50):\n"
+             "    s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1])\n"
+             "    socks.append(s)\n"
+             "print(sum(1 for s in socks if s.recv(1) == b''))\n")
+
+    def run():
+        return subprocess.run([sys.executable, "-c", probe, svc.socket], user=nobody.pw_uid,
+                              group=nobody.pw_gid, capture_output=True, text=True,
+                              timeout=harness.WAIT)
+
+    mark = len(svc.stderr)
+    try:
+        figures = scene.attack("50 connections from uid nobody on the socket", run)
+    finally:
+        os.chmod(svc.socket, 0o600)
+        for path in folders:
+            os.chmod(path, 0o700)
+    assert figures["value"].stdout.strip() == "50", figures["value"]
+    time.sleep(0.5)  # The service's stderr comes through a pipe.
+    lines = scene.stderr_since(mark, r"refused a connection from uid=")
+    assert lines and all(f"uid={nobody.pw_uid} pid=" in line for line in lines), lines
 
 
 # --- after authentication: clients that never read -----------------------------
