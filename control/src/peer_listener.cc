@@ -20,10 +20,6 @@
 namespace mt::control {
 namespace {
 
-// Tags of the epoll events: a connection's are 2 * id and 2 * id + 1
-// (ids start at 1).
-constexpr std::uint64_t kListenTag = 0;
-constexpr std::uint64_t kWakeTag = 1;
 // How often stalled peers are looked for.
 constexpr int kSweepMs = 100;
 // The pause after accept4 found no descriptor to spare.
@@ -78,12 +74,7 @@ absl::StatusOr<std::unique_ptr<PeerCredListener>> PeerCredListener::Listen(
     unlink(path.c_str());
     return s;
   }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kListenTag;
-  epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-  ev.data.u64 = kWakeTag;
-  epoll_ctl(ep, EPOLL_CTL_ADD, wake, &ev);
+  WatchLoopSockets(ep, fd, wake);
   return std::unique_ptr<PeerCredListener>(new PeerCredListener(
       fd, wake, ep, path, std::move(refusals), frames, write_deadline));
 }
@@ -229,37 +220,19 @@ void PeerCredListener::Sweep() {
 
 void PeerCredListener::Loop(grpc::Server* server) {
   LowerThisThread();
-  epoll_event events[64];
-  auto next_sweep = mt::control::Relay::Clock::now();
-  while (true) {
-    const int n = epoll_wait(epoll_fd_, events, 64, kSweepMs);
-    if (n < 0 && errno != EINTR) {
-      std::perror("mt_asyncio control: epoll_wait");
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      const std::uint64_t tag = events[i].data.u64;
-      if (tag == kWakeTag) return;  // Stop().
-      if (tag == kListenTag) {
-        Accept(server);
-        continue;
-      }
-      const std::uint64_t id = tag / 2;
-      auto it = peers_.find(id);
-      if (it == peers_.end()) continue;  // Closed earlier in this round.
-      mt::control::Relay& relay = *it->second.relay;
-      if (relay.OnEvent((tag & 1) != 0, events[i].events) == mt::control::Relay::State::kClosed) {
-        Forget(id);
-      } else {
-        relay.Rearm(epoll_fd_, id);
-      }
-    }
-    const auto now = mt::control::Relay::Clock::now();
-    if (now >= next_sweep) {
-      Sweep();
-      next_sweep = now + std::chrono::milliseconds(kSweepMs);
-    }
-  }
+  RunRelayLoop(
+      epoll_fd_, std::chrono::milliseconds(kSweepMs), [&] { Accept(server); },
+      [this](std::uint64_t id, bool inner, std::uint32_t events) {
+        auto it = peers_.find(id);
+        if (it == peers_.end()) return;  // Closed earlier in this round.
+        mt::control::Relay& relay = *it->second.relay;
+        if (relay.OnEvent(inner, events) == mt::control::Relay::State::kClosed) {
+          Forget(id);
+        } else {
+          relay.Rearm(epoll_fd_, id);
+        }
+      },
+      [this] { Sweep(); });
 }
 
 std::string PeerCredListener::Identify(const grpc::ServerContext& context) const {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -241,6 +242,44 @@ void Relay::WritePeer(Clock::time_point now) {
              ? ""
              : absl::StrCat("TLS write failed: ", TlsContext::LastError()));
     return;
+  }
+}
+
+void WatchLoopSockets(int epoll_fd, int listen_fd, int wake_fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
+  ev.data.u64 = kWakeTag;
+  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
+}
+
+void RunRelayLoop(
+    int epoll_fd, std::chrono::milliseconds sweep_every, const std::function<void()>& accept,
+    const std::function<void(std::uint64_t id, bool inner, std::uint32_t events)>& relay_event,
+    const std::function<void()>& sweep) {
+  epoll_event events[64];
+  auto next_sweep = Relay::Clock::now();
+  while (true) {
+    const int n = epoll_wait(epoll_fd, events, 64, static_cast<int>(sweep_every.count()));
+    if (n < 0 && errno != EINTR) {
+      std::perror("mt_asyncio control: epoll_wait");
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) return;
+      if (tag == kListenTag) {
+        accept();
+        continue;
+      }
+      relay_event(tag / 2, (tag & 1) != 0, events[i].events);
+    }
+    const auto now = Relay::Clock::now();
+    if (now >= next_sweep) {
+      sweep();
+      next_sweep = now + sweep_every;
+    }
   }
 }
 

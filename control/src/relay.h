@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "control/src/h2_inspector.h"
@@ -101,6 +102,24 @@ class Relay {
   Clock::time_point stalled_since_{};
   std::string why_;
 };
+
+// The epoll tags of RunRelayLoop: the listening socket's, the stopping
+// eventfd's, and a relay's two sockets' (2 * id and 2 * id + 1, id >= 1).
+inline constexpr std::uint64_t kListenTag = 0;
+inline constexpr std::uint64_t kWakeTag = 1;
+
+// Adds the listening socket and the stopping eventfd to `epoll_fd` under
+// their tags.
+void WatchLoopSockets(int epoll_fd, int listen_fd, int wake_fd);
+
+// The loop a listener's thread runs over its relays: epoll events on the
+// listening socket (`accept()`), on the eventfd that stops it (returns),
+// and on each relay's two sockets (`relay_event(id, inner, events)`), and
+// `sweep()` every `sweep_every`.
+void RunRelayLoop(
+    int epoll_fd, std::chrono::milliseconds sweep_every, const std::function<void()>& accept,
+    const std::function<void(std::uint64_t id, bool inner, std::uint32_t events)>& relay_event,
+    const std::function<void()>& sweep);
 
 }  // namespace mt::control
 

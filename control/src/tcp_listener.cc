@@ -24,11 +24,6 @@ namespace {
 
 // How often deadlines are checked.
 constexpr int kSweepMs = 100;
-// The epoll tags of the two sockets that are not connections (connection
-// ids start at 1, and tag 2 * id is its peer socket, 2 * id + 1 its
-// gRPC side).
-constexpr std::uint64_t kListenTag = 0;
-constexpr std::uint64_t kWakeTag = 1;
 // After running out of descriptors, the pause before accepting again.
 constexpr int kDescriptorBackoffMs = 50;
 
@@ -105,12 +100,7 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(
     if (ep >= 0) close(ep);
     return s;
   }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kListenTag;
-  epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-  ev.data.u64 = kWakeTag;
-  epoll_ctl(ep, EPOLL_CTL_ADD, wake, &ev);
+  WatchLoopSockets(ep, fd, wake);
   return std::unique_ptr<TcpListener>(new TcpListener(fd, wake, ep, bound_port, std::move(tls),
                                                       limits, frames, std::move(refusals)));
 }
@@ -329,32 +319,14 @@ void TcpListener::Sweep() {
 
 void TcpListener::Loop() {
   LowerThisThread();
-  epoll_event events[64];
-  auto next_sweep = Relay::Clock::now();
-  while (true) {
-    const int n = epoll_wait(epoll_fd_, events, 64, kSweepMs);
-    if (n < 0 && errno != EINTR) {
-      std::perror("mt_asyncio control: epoll_wait");
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      const std::uint64_t tag = events[i].data.u64;
-      if (tag == kWakeTag) return;  // Stop().
-      if (tag == kListenTag) {
-        AcceptSome();
-        continue;
-      }
-      const ConnectionTable::Id id = tag / 2;
-      auto it = served_.find(id);
-      if (it == served_.end()) continue;  // Closed earlier in this round.
-      Drive(id, it->second, it->second.conn->OnEvent((tag & 1) != 0, events[i].events));
-    }
-    const auto now = Relay::Clock::now();
-    if (now >= next_sweep) {
-      Sweep();
-      next_sweep = now + std::chrono::milliseconds(kSweepMs);
-    }
-  }
+  RunRelayLoop(
+      epoll_fd_, std::chrono::milliseconds(kSweepMs), [this] { AcceptSome(); },
+      [this](std::uint64_t id, bool inner, std::uint32_t events) {
+        auto it = served_.find(id);
+        if (it == served_.end()) return;  // Closed earlier in this round.
+        Drive(id, it->second, it->second.conn->OnEvent(inner, events));
+      },
+      [this] { Sweep(); });
 }
 
 }  // namespace mt::control

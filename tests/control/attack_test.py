@@ -70,13 +70,8 @@ class Scene:
 @pytest.fixture(scope="module")
 def scene(tls_files):
     tick_file = os.path.join(tls_files, "ticks")
-    svc = harness.Service("--tick-file", tick_file, "--tasks", "2000", env={
-        "MT_ASYNCIO_CONTROL_TCP": "127.0.0.1:0",
-        "MT_ASYNCIO_CONTROL_TLS_CERT": os.path.join(tls_files, "server.pem"),
-        "MT_ASYNCIO_CONTROL_TLS_KEY": os.path.join(tls_files, "server.key"),
-        "MT_ASYNCIO_CONTROL_TOKEN_FILE": os.path.join(tls_files, "admin.token"),
-        "MT_ASYNCIO_CONTROL_READONLY_TOKEN_FILE": os.path.join(tls_files, "readonly.token"),
-    })
+    svc = harness.Service("--tick-file", tick_file, "--tasks", "2000",
+                          env=harness.tls_env(tls_files))
     try:
         assert svc.control_tcp_port, "the TCP listener did not start: " + "".join(svc.stderr)
         watchman = harness.Watchman(svc, harness.TickMeter(tick_file))

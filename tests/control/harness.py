@@ -103,16 +103,22 @@ def tls_files():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def tls_service(tls_files):
-    """A generator for a pytest fixture: a Service that also serves TLS on
-    a free port, with the certificate, key and both tokens of tls_files."""
-    svc = Service(env={
+def tls_env(tls_files):
+    """The environment that serves TLS on a free port of 127.0.0.1 with
+    the certificate, key and both tokens of tls_files."""
+    return {
         "MT_ASYNCIO_CONTROL_TCP": "127.0.0.1:0",
         "MT_ASYNCIO_CONTROL_TLS_CERT": os.path.join(tls_files, "server.pem"),
         "MT_ASYNCIO_CONTROL_TLS_KEY": os.path.join(tls_files, "server.key"),
         "MT_ASYNCIO_CONTROL_TOKEN_FILE": os.path.join(tls_files, "admin.token"),
         "MT_ASYNCIO_CONTROL_READONLY_TOKEN_FILE": os.path.join(tls_files, "readonly.token"),
-    })
+    }
+
+
+def tls_service(tls_files):
+    """A generator for a pytest fixture: a Service that also serves TLS
+    (tls_env)."""
+    svc = Service(env=tls_env(tls_files))
     try:
         assert svc.control_tcp_port, "the TCP listener did not start: " + "".join(svc.stderr)
         yield svc
