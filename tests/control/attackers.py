@@ -117,6 +117,70 @@ def grpc_calls(path, count, authorization=None, body=b"", at_once=8, until=None,
     return statuses
 
 
+class Channel:
+    """One HTTP/2 connection that makes unary calls one at a time, as a
+    monitoring agent does: it keeps its connection, so it needs no new
+    descriptor in the service to be answered. Reconnects after a failure."""
+
+    def __init__(self, authorization=None, **where):
+        self.authorization = authorization
+        self.where = where
+        self.sock = None
+        self.conn = None
+
+    def _open(self):
+        import h2.config
+        import h2.connection
+        self.sock = connect(**self.where)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.sock.sendall(self.conn.data_to_send())
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+        self.sock = self.conn = None
+
+    def call(self, path, body=b"", timeout=5.0):
+        """The call's grpc-status; raises OSError (and closes) when the
+        connection fails or the answer takes longer than `timeout`."""
+        import h2.events
+        if self.sock is None:
+            self._open()
+        try:
+            self.sock.settimeout(timeout)
+            stream = self.conn.get_next_available_stream_id()
+            self.conn.send_headers(stream, _headers(path, self.authorization,
+                                                    "http" if "unix" in self.where else "https"))
+            self.conn.send_data(stream, grpc_message(body), end_stream=True)
+            self.sock.sendall(self.conn.data_to_send())
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    raise ConnectionResetError("the server closed the connection")
+                for event in self.conn.receive_data(data):
+                    if isinstance(event, h2.events.DataReceived):
+                        self.conn.acknowledge_received_data(event.flow_controlled_length,
+                                                            event.stream_id)
+                    elif (isinstance(event, (h2.events.ResponseReceived,
+                                             h2.events.TrailersReceived))
+                          and event.stream_id == stream):
+                        found = dict((k.decode() if isinstance(k, bytes) else k,
+                                      v.decode() if isinstance(v, bytes) else v)
+                                     for k, v in event.headers)
+                        if "grpc-status" in found:
+                            self.sock.sendall(self.conn.data_to_send())
+                            return int(found["grpc-status"])
+                    elif isinstance(event, h2.events.StreamReset) and event.stream_id == stream:
+                        return -1
+                pending = self.conn.data_to_send()
+                if pending:
+                    self.sock.sendall(pending)
+        except Exception:
+            self.close()
+            raise
+
+
 def zero_window_calls(path, streams, authorization, body=b"", **where):
     """A connection that opens `streams` calls of `path` and never lets the
     server send a byte of any answer (stream windows of 0, never raised).

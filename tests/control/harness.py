@@ -180,9 +180,10 @@ class TickMeter:
 
 class Watchman:
     """Watches a live service while it is attacked: its tick rate, an
-    admin's GetInfo over the Unix socket every 250 ms (how long each took),
-    RSS and open descriptors. The same probes run while the baseline is
-    measured, so their own cost is in both.
+    admin's call every 250 ms (`probe()`, which raises or returns a
+    complaint when the call failed; how long each took), RSS and open
+    descriptors. The same probes run while the baseline is measured, so
+    their own cost is in both.
 
     with watchman.attack("name"): ...   measures the attack and keeps the
     figures in watchman.results; check() asserts the bars of the hostile
@@ -190,9 +191,10 @@ class Watchman:
 
     PROBE_EVERY = 0.25
 
-    def __init__(self, svc, meter, min_seconds=3.0):
+    def __init__(self, svc, meter, probe, min_seconds=3.0):
         self.svc = svc
         self.meter = meter
+        self.probe = probe
         self.min_seconds = min_seconds
         self.results = []
         self.baseline_rate = None
@@ -202,12 +204,15 @@ class Watchman:
     def _probe(self, stop, figures):
         while not stop.is_set():
             start = time.monotonic()
-            proc = self.svc.mtctl("-o", "json", "info", check=False, timeout=10)
+            try:
+                complaint = self.probe()
+            except Exception as exc:  # noqa: BLE001 - a failed probe is a finding.
+                complaint = repr(exc)
             took = time.monotonic() - start
             figures["probes"] += 1
             figures["slowest_probe"] = max(figures["slowest_probe"], took)
-            if proc.returncode != 0:
-                figures["failed_probes"].append(proc.stderr.strip()[-300:])
+            if complaint:
+                figures["failed_probes"].append(complaint)
             figures["peak_rss_kib"] = max(figures["peak_rss_kib"], rss_kib(self.svc.pid))
             stop.wait(max(0.0, self.PROBE_EVERY - took))
 
