@@ -102,6 +102,20 @@ grpc::Status ControlService::Inspect(grpc::ServerContext* context, Role role,
                       std::string(s.message()));
 }
 
+grpc::Status ControlService::InspectCall(grpc::ServerContext* context, Role role,
+                                         const char* method,
+                                         const google::protobuf::Message& request,
+                                         google::protobuf::Message* response) {
+  grpc::Status status;
+  if (grpc::Status s = Inspect(context, role, [&] {
+        status = admin_.Call(method, request, response);
+      });
+      !s.ok()) {
+    return s;
+  }
+  return status;
+}
+
 grpc::Status ControlService::GetRuntime(v1::RuntimeInfo* out) const {
   return admin_.CallJson("GetRuntime", "{}", out);
 }
@@ -181,14 +195,7 @@ grpc::Status ControlService::ListLoops(grpc::ServerContext* context, const v1::L
                                        v1::ListLoopsResponse* response) {
   Role role = Role::kNone;
   if (grpc::Status s = Authorize(*context, false, "ListLoops", &role); !s.ok()) return s;
-  grpc::Status status;
-  if (grpc::Status s = Inspect(context, role, [&] {
-        status = admin_.Call("ListLoops", *request, response);
-      });
-      !s.ok()) {
-    return s;
-  }
-  return status;
+  return InspectCall(context, role, "ListLoops", *request, response);
 }
 
 grpc::Status ControlService::ListTasks(grpc::ServerContext* context, const v1::ListTasksRequest* request,
@@ -197,14 +204,7 @@ grpc::Status ControlService::ListTasks(grpc::ServerContext* context, const v1::L
   if (grpc::Status s = Authorize(*context, false, "ListTasks", &role); !s.ok()) return s;
   if (request->name_contains().size() > 1024) return Invalid("name_contains is too long");
   if (request->page_token().size() > 64) return Invalid("invalid page_token");
-  grpc::Status status;
-  if (grpc::Status s = Inspect(context, role, [&] {
-        status = admin_.Call("ListTasks", *request, response);
-      });
-      !s.ok()) {
-    return s;
-  }
-  return status;
+  return InspectCall(context, role, "ListTasks", *request, response);
 }
 
 grpc::Status ControlService::GetTask(grpc::ServerContext* context, const v1::GetTaskRequest* request,
@@ -212,14 +212,7 @@ grpc::Status ControlService::GetTask(grpc::ServerContext* context, const v1::Get
   Role role = Role::kNone;
   if (grpc::Status s = Authorize(*context, false, "GetTask", &role); !s.ok()) return s;
   if (request->id() == 0) return Invalid("id must be a task id (ListTasks shows them)");
-  grpc::Status status;
-  if (grpc::Status s = Inspect(context, role, [&] {
-        status = admin_.Call("GetTask", *request, response);
-      });
-      !s.ok()) {
-    return s;
-  }
-  return status;
+  return InspectCall(context, role, "GetTask", *request, response);
 }
 
 grpc::Status ControlService::CancelTask(grpc::ServerContext* context,
@@ -229,13 +222,7 @@ grpc::Status ControlService::CancelTask(grpc::ServerContext* context,
   if (request->id() == 0) return Invalid("id must be a task id (ListTasks shows them)");
   if (request->msg().size() > 4096) return Invalid("msg is longer than 4096 bytes");
   // Finding the task walks every task in Python, like ListTasks.
-  grpc::Status status;
-  if (grpc::Status s = Inspect(context, Role::kAdmin, [&] {
-        status = admin_.Call("CancelTask", *request, response);
-      });
-      !s.ok()) {
-    status = s;
-  }
+  grpc::Status status = InspectCall(context, Role::kAdmin, "CancelTask", *request, response);
   Audit(*context, "CancelTask id=" + std::to_string(request->id()) + " -> " +
                       (status.ok() ? (response->cancelled() ? "cancelled" : "not cancelled")
                                    : status.error_message()));

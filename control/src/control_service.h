@@ -105,6 +105,10 @@ class ControlService final : public v1::RuntimeControl::Service {
   grpc::Status Inspect(grpc::ServerContext* context, Role role,
                        const std::function<void()>& work,
                        const std::function<bool()>& give_up = nullptr);
+  // admin_.Call(method, ...) in its turn of the inspection budget.
+  grpc::Status InspectCall(grpc::ServerContext* context, Role role, const char* method,
+                           const google::protobuf::Message& request,
+                           google::protobuf::Message* response);
   // The core's GetRuntime document as the message.
   grpc::Status GetRuntime(v1::RuntimeInfo* out) const;
 
