@@ -105,11 +105,11 @@ grpc::Status ControlService::Inspect(grpc::ServerContext* context, Role role,
 grpc::Status ControlService::InspectCall(grpc::ServerContext* context, Role role,
                                          const char* method,
                                          const google::protobuf::Message& request,
-                                         google::protobuf::Message* response) {
+                                         google::protobuf::Message* response,
+                                         const std::function<bool()>& give_up) {
   grpc::Status status;
-  if (grpc::Status s = Inspect(context, role, [&] {
-        status = admin_.Call(method, request, response);
-      });
+  if (grpc::Status s = Inspect(
+          context, role, [&] { status = admin_.Call(method, request, response); }, give_up);
       !s.ok()) {
     return s;
   }
@@ -314,12 +314,9 @@ grpc::Status ControlService::Watch(grpc::ServerContext* context, const v1::Watch
       // A tick whose turn does not come before the next one is due goes
       // without its loops rather than late.
       const auto next_due = start + due * period;
-      grpc::Status listed;
-      if (Inspect(
-              context, role, [&] { listed = admin_.Call("ListLoops", counts_only, &loops); },
-              [&] { return Clock::now() >= next_due; })
-              .ok() &&
-          listed.ok()) {
+      if (InspectCall(context, role, "ListLoops", counts_only, &loops,
+                      [&] { return Clock::now() >= next_due; })
+              .ok()) {
         *update.mutable_loops() = std::move(*loops.mutable_loops());
       }
     }

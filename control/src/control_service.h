@@ -105,10 +105,12 @@ class ControlService final : public v1::RuntimeControl::Service {
   grpc::Status Inspect(grpc::ServerContext* context, Role role,
                        const std::function<void()>& work,
                        const std::function<bool()>& give_up = nullptr);
-  // admin_.Call(method, ...) in its turn of the inspection budget.
+  // admin_.Call(method, ...) in its turn of the inspection budget
+  // (`give_up` as for Inspect).
   grpc::Status InspectCall(grpc::ServerContext* context, Role role, const char* method,
                            const google::protobuf::Message& request,
-                           google::protobuf::Message* response);
+                           google::protobuf::Message* response,
+                           const std::function<bool()>& give_up = nullptr);
   // The core's GetRuntime document as the message.
   grpc::Status GetRuntime(v1::RuntimeInfo* out) const;
 

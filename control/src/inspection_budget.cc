@@ -71,7 +71,6 @@ absl::Status InspectionBudget::Acquire(bool admin,
   const auto give_up = Clock::now() + max_wait_;
   Bucket& bucket = admin ? admin_ : read_only_;
   if (admin) ++admins_waiting_;
-  Clock::duration throttled{};
   for (;;) {
     const auto now = Clock::now();
     Refill(now);
@@ -80,19 +79,13 @@ absl::Status InspectionBudget::Acquire(bool admin,
     if (lane_free && in_budget) break;
     if (cancelled && cancelled()) {
       if (admin) --admins_waiting_;
-      turn_over_
-          .notify_all();  // An admin leaving may free the lane for others.
-      throttled_ns_ += static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(throttled)
-              .count());
+      // An admin leaving may free the lane for others.
+      turn_over_.notify_all();
       return absl::CancelledError(
           "the client went away while waiting to inspect");
     }
     if (!admin && now >= give_up) {
       ++refused_;
-      throttled_ns_ += static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(throttled)
-              .count());
       return absl::ResourceExhaustedError(
           "inspection is over its CPU share for read-only callers; try again "
           "later");
@@ -107,12 +100,15 @@ absl::Status InspectionBudget::Acquire(bool admin,
     }
     if (!admin) wake = std::min(wake, give_up);
     turn_over_.wait_until(lock, wake);
-    if (lane_free) throttled += Clock::now() - now;
+    if (lane_free) {  // That wait was for the budget.
+      throttled_ns_ += static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
+                                                               now)
+              .count());
+    }
   }
   if (admin) --admins_waiting_;
   busy_ = true;
-  throttled_ns_ += static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(throttled).count());
   return absl::OkStatus();
 }
 

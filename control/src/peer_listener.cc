@@ -204,16 +204,14 @@ void PeerCredListener::Forget(std::uint64_t id) {
 
 void PeerCredListener::Sweep() {
   const auto now = mt::control::Relay::Clock::now();
-  std::vector<std::uint64_t> stalled;
+  std::vector<std::pair<std::uint64_t, std::string>> stalled;
   for (const auto& [id, peer] : peers_) {
-    const auto since = peer.relay->stalled_since();
-    if (since != mt::control::Relay::Clock::time_point{} && now - since >= write_deadline_) {
-      stalled.push_back(id);
+    if (std::string why = peer.relay->StalledPast(now, write_deadline_); !why.empty()) {
+      stalled.emplace_back(id, std::move(why));
     }
   }
-  for (std::uint64_t id : stalled) {
-    peers_[id].relay->Close(absl::StrCat("it has not read what it was sent for ",
-                                         write_deadline_.count(), " ms"));
+  for (auto& [id, why] : stalled) {
+    peers_[id].relay->Close(std::move(why));
     Forget(id);
   }
 }

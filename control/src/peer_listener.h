@@ -56,7 +56,6 @@ class PeerCredListener {
   // the socket's file. Idempotent.
   void Stop();
 
-
   std::uint64_t refused() const { return refusals_->total(RefusalKind::kConnection); }
   // "uid=1000 pid=4242" for a call's peer (best effort: by the channel's
   // fd), or the peer string itself.

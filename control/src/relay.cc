@@ -43,6 +43,12 @@ std::string Relay::subject() const {
   return ssl_ != nullptr ? TlsContext::PeerSubject(ssl_) : std::string();
 }
 
+std::string Relay::StalledPast(Clock::time_point now,
+                               std::chrono::milliseconds deadline) const {
+  if (stalled_since_ == Clock::time_point{} || now - stalled_since_ < deadline) return "";
+  return absl::StrCat("it has not read what it was sent for ", deadline.count(), " ms");
+}
+
 void Relay::Rearm(int epoll_fd, std::uint64_t id) const {
   epoll_event ev{};
   ev.events = fd_events();

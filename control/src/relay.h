@@ -63,9 +63,9 @@ class Relay {
 
   bool handshaken() const { return state_ != State::kHandshake; }
   const Clock::time_point accepted_at;
-  // Since when bytes for the peer have waited without any being taken
-  // (Clock::time_point{} when none wait).
-  Clock::time_point stalled_since() const { return stalled_since_; }
+  // Why the peer must go for not reading: bytes for it have waited
+  // `deadline` without any being taken. "" while it keeps up.
+  std::string StalledPast(Clock::time_point now, std::chrono::milliseconds deadline) const;
   // Why it closed: "" when the peer or gRPC ended it in the ordinary way.
   const std::string& why() const { return why_; }
   // Whether it closed for breaking an HTTP/2 limit (why() says which).

@@ -299,10 +299,8 @@ void TcpListener::Sweep() {
     if (!c.handshaken() && now - c.accepted_at >= limits.handshake_deadline) {
       ending.emplace_back(id, absl::StrCat("no TLS handshake within ",
                                            limits.handshake_deadline.count(), " ms"));
-    } else if (c.stalled_since() != Relay::Clock::time_point{} &&
-               now - c.stalled_since() >= limits.write_deadline) {
-      ending.emplace_back(id, absl::StrCat("it has not read what it was sent for ",
-                                           limits.write_deadline.count(), " ms"));
+    } else if (std::string why = c.StalledPast(now, limits.write_deadline); !why.empty()) {
+      ending.emplace_back(id, std::move(why));
     }
   }
   for (ConnectionTable::Id id : table_.Overdue(now)) {
