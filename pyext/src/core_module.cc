@@ -2,12 +2,10 @@
 //
 // This file owns the process-wide Runtime (through RuntimeHolder), attaches
 // its workers to the interpreter for their whole life (detaching around
-// every park), lets Python callables run on the workers, exports the
-// runtime's admin interface for the control plane, and registers the
-// types that live in files of their own: Loop (loop.cc, with handle.cc,
-// loop_tasks.cc, callback_batch.cc, loop_blocking.cc), Future (future.cc), Task (task.cc), gather (gather.cc), the primitives
-// (locks.cc, condition.cc, barrier.cc), queues (queues.cc), transports
-// (transport.cc, datagram.cc) and fd watchers (fd_watch.cc).
+// every park) and lets Python callables run on the workers. Each package
+// of pyext/src adds its own types and functions through one entry,
+// Register<Package>Package, in the order of the package map in
+// docs/architecture.md.
 
 #include <Python.h>
 #include <pybind11/pybind11.h>
@@ -18,22 +16,12 @@
 #include <string>
 #include <utility>
 
-#include "pyext/src/admin_service.h"
-#include "pyext/src/awaited_by.h"
-#include "pyext/src/barrier.h"
-#include "pyext/src/condition.h"
-#include "pyext/src/datagram.h"
-#include "pyext/src/fd_watch.h"
-#include "pyext/src/future.h"
-#include "pyext/src/gather.h"
-#include "pyext/src/locks.h"
-#include "pyext/src/loop.h"
-#include "pyext/src/queues.h"
-#include "pyext/src/serial_tasks.h"
-#include "pyext/src/task.h"
-#include "pyext/src/transport.h"
-#include "pyext/src/runtime_holder.h"
-#include "runtime/admin/admin_api.h"
+#include "pyext/src/admin/register.h"
+#include "pyext/src/common/runtime_holder.h"
+#include "pyext/src/future/register.h"
+#include "pyext/src/loop/register.h"
+#include "pyext/src/net/register.h"
+#include "pyext/src/sync/register.h"
 
 namespace py = pybind11;
 
@@ -130,48 +118,16 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       "Set fn(grace_seconds), run when a coordinated shutdown begins.");
 
   m.def(
-      "_admin_call",
-      [](const std::string& method, const std::string& request) {
-        std::string body;
-        const int code = mt::pyext::AdminCall(method, request, &body);
-        return py::make_tuple(code, py::bytes(body));
-      },
-      py::arg("method"), py::arg("request") = "{}",
-      "One call through the admin boundary: (status code, JSON or message).");
-
-  m.def(
-      "_set_admin_handler",
-      [](py::object fn) {
-        if (!fn.is_none() && !PyCallable_Check(fn.ptr())) {
-          throw py::type_error("the admin handler must be callable or None");
-        }
-        mt::pyext::SetAdminHandler(fn.ptr());
-      },
-      py::arg("fn"), "Install fn(method, request_json) -> str for loop and task methods.");
-
-  m.def(
       "on_worker_thread",
       [] { return RuntimeHolder::Instance().IsWorkerThread(); },
       "True when called on one of the runtime's worker threads.");
 
-  if (mt::pyext::RegisterFutureType(m.ptr()) < 0 ||
-      mt::pyext::RegisterLoopTypes(m.ptr()) < 0 ||
-      mt::pyext::RegisterTaskType(m.ptr()) < 0 ||
-      mt::pyext::RegisterGather(m.ptr()) < 0 ||
-      mt::pyext::RegisterLockTypes(m.ptr()) < 0 ||
-      mt::pyext::RegisterQueueType(m.ptr()) < 0 ||
-      mt::pyext::RegisterConditionType(m.ptr()) < 0 ||
-      mt::pyext::RegisterBarrierType(m.ptr()) < 0 ||
-      mt::pyext::RegisterAwaitedBy(m.ptr()) < 0 ||
-      mt::pyext::RegisterFdWatch(m.ptr()) < 0 ||
-      mt::pyext::RegisterTransportTypes(m.ptr()) < 0 ||
-      mt::pyext::RegisterDatagramType(m.ptr()) < 0 ||
-      mt::pyext::RegisterSerialTasks(m.ptr()) < 0) {
+  // One entry per package, lowest first (docs/architecture.md has the map).
+  if (mt::pyext::RegisterFuturePackage(m.ptr()) < 0 ||
+      mt::pyext::RegisterSyncPackage(m.ptr()) < 0 ||
+      mt::pyext::RegisterLoopPackage(m.ptr()) < 0 ||
+      mt::pyext::RegisterNetPackage(m.ptr()) < 0 ||
+      mt::pyext::RegisterAdminPackage(m.ptr()) < 0) {
     throw py::error_already_set();
   }
-
-  // The control extension reaches the runtime only through this capsule:
-  // a versioned table of C functions (runtime/admin/admin_abi.h).
-  m.attr("_admin_abi") = py::capsule(const_cast<MtAdminAbi*>(mt::pyext::AdminAbi()),
-                                     kMtAdminAbiCapsuleName);
 }

@@ -36,7 +36,7 @@ def test_layout_and_metadata():
                    "third_party/shims/rules_java/java/defs.bzl",
                    "third_party/shims/rules_proto/proto/defs.bzl",
                    "third_party/shims/remote_coverage_tools/BUILD",
-                   "pyext/mt_asyncio/__init__.py", "pyext/src/loop.cc",
+                   "pyext/mt_asyncio/__init__.py", "pyext/src/loop/loop.cc",
                    "control/proto/mt/control/v1/control.proto"):
         assert needed in names, needed
     assert not [n for n in names if n.startswith("bazel-") or "__pycache__" in n

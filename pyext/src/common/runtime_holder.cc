@@ -1,0 +1,254 @@
+#include "pyext/src/common/runtime_holder.h"
+
+#include <pthread.h>
+
+#include <Python.h>
+
+#include <atomic>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+
+namespace py = pybind11;
+
+namespace mt::pyext {
+
+thread_local int this_worker_index = -1;
+
+namespace {
+
+// The thread state of the current worker while it is detached (parked).
+thread_local PyThreadState* parked_state = nullptr;
+// The PyGILState token taken when the worker attached at start.
+thread_local PyGILState_STATE attach_token;
+
+std::atomic<RuntimeHolder::BeforeParkFn> before_park_fn{nullptr};
+
+runtime::scheduler::WorkerHooks InterpreterHooks() {
+  runtime::scheduler::WorkerHooks hooks;
+  hooks.on_start = [](std::size_t index) {
+    this_worker_index = static_cast<int>(index);
+    attach_token = PyGILState_Ensure();
+  };
+  hooks.on_stop = [](std::size_t) {
+    PyGILState_Release(attach_token);
+    this_worker_index = -1;
+  };
+  hooks.before_park = [](std::size_t) {
+    if (auto fn = before_park_fn.load(std::memory_order_relaxed)) fn();
+    parked_state = PyEval_SaveThread();
+  };
+  hooks.after_unpark = [](std::size_t) {
+    PyEval_RestoreThread(parked_state);
+    parked_state = nullptr;
+  };
+  return hooks;
+}
+
+// A strong reference a C++ closure owns. The closure may be destroyed on a
+// thread that is not attached to the interpreter (a unit cancelled while
+// the runtime shuts down is dropped by whoever drains the queue), so the
+// release attaches first. During interpreter finalization the reference is
+// leaked on purpose rather than touching a dying interpreter.
+class OwnedRef {
+ public:
+  explicit OwnedRef(PyObject* obj) : obj_(obj) {}
+  OwnedRef(OwnedRef&& other) noexcept : obj_(std::exchange(other.obj_, nullptr)) {}
+  OwnedRef& operator=(OwnedRef&&) = delete;
+  ~OwnedRef() {
+    if (obj_ == nullptr || !Py_IsInitialized() || Py_IsFinalizing()) return;
+    PyGILState_STATE state = PyGILState_Ensure();
+    Py_DECREF(obj_);
+    PyGILState_Release(state);
+  }
+  PyObject* get() const { return obj_; }
+
+ private:
+  PyObject* obj_;
+};
+
+}  // namespace
+
+void RuntimeHolder::SetBeforePark(BeforeParkFn fn) {
+  before_park_fn.store(fn, std::memory_order_relaxed);
+}
+
+RuntimeHolder& RuntimeHolder::Instance() {
+  // Leaked on purpose: workers and the control thread may still read it
+  // while the interpreter tears down static state.
+  static auto* holder = [] {
+    auto* h = new RuntimeHolder();
+    pthread_atfork(nullptr, nullptr, [] { Instance().AfterForkInChild(); });
+    return h;
+  }();
+  return *holder;
+}
+
+void RuntimeHolder::AfterForkInChild() {
+  // Only the forking thread lives on in the child: the runtime's workers,
+  // reactor and pools are gone, and a lock one of them held stays held.
+  // The parent's runtime is left behind, never shut down (that would wait
+  // for threads that do not exist): one reference leaked keeps it (and
+  // whatever loops the child still holds) from ever being destroyed. The
+  // child's first loop starts a runtime of its own.
+  new (&mu_) std::mutex();
+  if (runtime_) new std::shared_ptr<runtime::Runtime>(std::move(runtime_));
+  runtime_.reset();
+  this_worker_index = -1;
+}
+
+void RuntimeHolder::Start(runtime::Config config) {
+  std::shared_ptr<runtime::Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (runtime_ && runtime_->state() != runtime::admin::RuntimeState::kStopped) {
+      throw std::runtime_error("the mt_asyncio runtime is already running");
+    }
+    rt = std::make_shared<runtime::Runtime>(std::move(config),
+                                            InterpreterHooks());
+    runtime_ = rt;
+  }
+  // Stalls are counted and shown in the admin snapshot; a line on stderr
+  // for every long step would be noise in CPU-heavy programs (asyncio too
+  // only warns about slow callbacks in debug mode).
+  rt->SetStallHandler(nullptr);
+  // The hook runs on the runtime's own shutdown, so the pointer is live;
+  // the grace is that shutdown's (a control-plane Shutdown picks its own).
+  runtime::Runtime* raw = rt.get();
+  rt->AddDrainHook([raw] {
+    RunDrainCallback(std::chrono::duration<double>(raw->shutdown_grace()).count());
+  });
+  absl::Status status = rt->Start();
+  if (!status.ok()) {
+    // Start stopped whatever it had started: the next start makes a new one.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (runtime_ == rt) runtime_.reset();
+    throw std::runtime_error("cannot start the mt_asyncio runtime: " +
+                             std::string(status.message()));
+  }
+}
+
+void RuntimeHolder::Shutdown() {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return;
+  if (rt->IsWorkerThread()) {
+    rt->Shutdown();  // Only stops intake; never joins from a worker.
+    return;
+  }
+  // Workers need to attach to finish their units and exit: let them.
+  py::gil_scoped_release detached;
+  rt->Shutdown();
+}
+
+void RuntimeHolder::SpawnCallable(py::object fn) {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt || rt->state() != runtime::admin::RuntimeState::kRunning) {
+    throw std::runtime_error("the mt_asyncio runtime is not running");
+  }
+  absl::Status status = rt->Spawn([callable = OwnedRef(fn.release().ptr())]() mutable {
+    // Runs on a worker, which is attached to the interpreter.
+    PyObject* result = PyObject_CallNoArgs(callable.get());
+    if (result == nullptr) {
+      PyErr_WriteUnraisable(callable.get());
+    } else {
+      Py_DECREF(result);
+    }
+  });
+  if (!status.ok()) {
+    // The unit was dropped unrun (its reference released by OwnedRef).
+    throw std::runtime_error(std::string(status.message()));
+  }
+}
+
+std::shared_ptr<runtime::Runtime> RuntimeHolder::EnsureStarted() {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (rt && rt->state() == runtime::admin::RuntimeState::kRunning) return rt;
+  try {
+    Start(runtime::Config{});
+  } catch (const std::runtime_error&) {
+    // Lost a race with another starter: use theirs. Anything else (a start
+    // that failed) is the caller's error, not a runtime to poll.
+    rt = current();
+    if (!rt || rt->state() != runtime::admin::RuntimeState::kRunning) throw;
+    return rt;
+  }
+  return current();
+}
+
+bool RuntimeHolder::IsWorkerThread() const {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  return rt && rt->IsWorkerThread();
+}
+
+runtime::admin::RuntimeSnapshot RuntimeHolder::Snapshot() const {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return runtime::admin::RuntimeSnapshot{};
+  return rt->Snapshot();
+}
+
+absl::Status RuntimeHolder::ResizeWorkers(std::size_t workers) {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return absl::FailedPreconditionError("no runtime is running");
+  return rt->ResizeWorkers(workers);
+}
+
+absl::Status RuntimeHolder::SetBlockingThreadsMax(std::size_t max_threads) {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return absl::FailedPreconditionError("no runtime is running");
+  return rt->SetBlockingThreadsMax(max_threads);
+}
+
+absl::Status RuntimeHolder::SetBlockingIdleTtl(std::chrono::milliseconds idle_ttl) {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return absl::FailedPreconditionError("no runtime is running");
+  return rt->SetBlockingIdleTtl(idle_ttl);
+}
+
+absl::Status RuntimeHolder::BeginShutdown(std::chrono::milliseconds grace) {
+  std::shared_ptr<runtime::Runtime> rt = current();
+  if (!rt) return absl::FailedPreconditionError("no runtime is running");
+  return rt->BeginShutdown(grace);
+}
+
+namespace {
+PyObject* drain_callback = nullptr;  // Strong; guarded by drain_mu.
+std::mutex drain_mu;
+}  // namespace
+
+void RuntimeHolder::SetDrainCallback(py::object fn) {
+  PyObject* old;
+  {
+    std::lock_guard<std::mutex> lock(drain_mu);
+    old = std::exchange(drain_callback, fn.is_none() ? nullptr : fn.release().ptr());
+  }
+  Py_XDECREF(old);
+}
+
+void RuntimeHolder::RunDrainCallback(double grace_seconds) {
+  // A shutdown at interpreter exit (atexit) still runs it; one during
+  // finalization proper does not touch Python.
+  if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+  PyGILState_STATE state = PyGILState_Ensure();
+  PyObject* fn;
+  {
+    std::lock_guard<std::mutex> lock(drain_mu);
+    fn = Py_XNewRef(drain_callback);
+  }
+  if (fn != nullptr) {
+    PyObject* grace = PyFloat_FromDouble(grace_seconds);
+    PyObject* result = grace != nullptr ? PyObject_CallOneArg(fn, grace) : nullptr;
+    if (result == nullptr) PyErr_WriteUnraisable(fn);
+    Py_XDECREF(result);
+    Py_XDECREF(grace);
+    Py_DECREF(fn);
+  }
+  PyGILState_Release(state);
+}
+
+std::shared_ptr<runtime::Runtime> RuntimeHolder::current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return runtime_;
+}
+
+}  // namespace mt::pyext

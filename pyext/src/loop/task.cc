@@ -1,0 +1,1101 @@
+#include "pyext/src/loop/task.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <thread>
+#include <utility>
+
+#include "pyext/src/common/py_ref.h"
+#include "pyext/src/common/runtime_holder.h"
+#include "pyext/src/future/future.h"
+#include "pyext/src/loop/loop.h"
+#include "runtime/metrics/cycle_clock.h"
+#include "runtime/task/task.h"
+
+namespace mt::pyext {
+namespace {
+
+namespace rt_task = runtime::task;
+
+class TaskUnit;
+
+struct TaskObject {
+  FutureObject base;
+  PyObject* coro;
+  PyObject* context;
+  PyObject* name;        // str, or nullptr until first asked ("Task-N").
+  PyObject* fut_waiter;  // What the task waits for, or nullptr.
+  PyObject* must_cancel_msg;
+  PyObject* step_exc;    // Thrown into the coroutine at the next step.
+  bool must_cancel;
+  int num_cancels_requested;
+  std::uint64_t number;
+  TaskUnit* unit;  // One reference; the unit steps this task.
+  TaskLink registry_link;  // In the loop's all_tasks registry.
+};
+
+PyTypeObject* task_type = nullptr;
+// Written on every task creation: on a cache line of its own, away from the
+// read-mostly pointers below that every step reads on every worker.
+struct alignas(64) TaskCounter {
+  std::atomic<std::uint64_t> value{0};
+};
+TaskCounter task_counter;
+
+PyObject* enter_task = nullptr;  // _asyncio._enter_task
+PyObject* leave_task = nullptr;  // _asyncio._leave_task
+PyObject* swap_current_task = nullptr;  // _asyncio._swap_current_task
+PyObject* task_repr = nullptr;   // asyncio.base_tasks._task_repr
+// mt_asyncio.tasks._running_task_repr: the repr of a task that another
+// worker is stepping, without reading its frames.
+PyObject* running_task_repr = nullptr;
+PyObject* task_get_stack = nullptr;
+PyObject* task_print_stack = nullptr;
+PyObject* get_event_loop = nullptr;
+PyObject* iscoroutine = nullptr;
+PyObject* stdlib_task_type = nullptr;  // _asyncio.Task
+PyObject* str_loop = nullptr;
+PyObject* str_throw = nullptr;
+PyObject* str_cancel = nullptr;
+PyObject* str_add_done_callback = nullptr;
+PyObject* str_get_loop = nullptr;
+PyObject* str_blocking = nullptr;
+PyObject* str_context = nullptr;
+PyObject* kwnames_context = nullptr;
+
+thread_local PyObject* current_task = nullptr;
+
+// From 3.14 stdlib keeps the current task per thread, so every step tells
+// it (_enter_task/_leave_task) and asyncio.current_task() answers on every
+// worker. Before 3.14 it keeps one current task per loop: with steps of one
+// loop on several workers those calls would clash, so we keep our own
+// (mt_asyncio's current_task answers) and leave stdlib's alone.
+constexpr bool kTellAsyncio = PY_VERSION_HEX >= 0x030E0000;
+
+TaskObject* AsTask(PyObject* o) { return reinterpret_cast<TaskObject*>(o); }
+
+
+bool StepTask(PyObject* self);
+
+// Steps its task on a worker. Holds the task strongly until the task is
+// done (the task holds the unit back; the cycle ends with the task). The
+// loop is borrowed from the task, which keeps it alive: a reference of the
+// unit's own would be one more atomic increment and decrement per task on
+// the loop object, shared by every worker.
+//
+// Its hold on the task sits in the task's shared refcount (NewSharedRef),
+// as the task usually finishes on another worker than the one that made
+// it; when the making thread is the runtime's only worker it will finish
+// here, and a plain local reference saves the two atomic operations. (A
+// resize before it finishes only makes that drop take the shared path.)
+class TaskUnit final : public rt_task::Task {
+ public:
+  TaskUnit(PyObject* loop, PyObject* task, bool finishes_here)
+      : Task(/*scheduled=*/false),
+        loop_(loop),
+        task_(finishes_here ? Py_NewRef(task) : NewSharedRef(task)),
+        shared_ref_(!finishes_here),
+        created_cycles_(runtime::metrics::CycleClock::Now()) {
+    ClaimForLoop(loop, this);
+  }
+  ~TaskUnit() override { DropTaskAnyThread(task_); }
+
+#ifdef Py_GIL_DISABLED
+  // Free-threaded builds: from CPython's allocator, mimalloc, whose free
+  // works on any thread. A unit is made by the worker that creates its task
+  // and freed by the one that finishes it; glibc's malloc took ~4% of
+  // one_million on that pattern (arena locks, bin consolidation). GIL
+  // builds keep operator new: PyMem_Free needs the GIL there, and a unit
+  // may be freed on a thread that does not hold it.
+  static void* operator new(std::size_t size) noexcept { return PyMem_Malloc(size); }
+  static void operator delete(void* p) { PyMem_Free(p); }
+#endif
+  bool Poll() override {
+    if (task_ == nullptr) return true;
+    if (LoopDeferIfStopped(loop_, this)) return false;
+    if (LoopEnterOnWorker(loop_) < 0) {
+      PyErr_WriteUnraisable(loop_);
+      return false;
+    }
+    bool done;
+    {
+      // Ends before the task is dropped: loop_ is borrowed from it.
+      StopAfterCallback stop_after(loop_);
+      SlowCallbackCheck check(loop_);
+      const std::uint64_t start = runtime::metrics::CycleClock::Now();
+      done = StepTask(task_);
+      CountStep(runtime::metrics::CycleClock::Now() - start);
+      check.Done(task_);
+    }
+    if (!done) return false;
+    PyObject* task = std::exchange(task_, nullptr);
+    LoopUnregisterTask(loop_, &AsTask(task)->registry_link);
+    DropTask(task);
+    return true;
+  }
+  void OnCancel() override {
+    // The runtime or a closed loop dropped the step unrun.
+    PyObject* task = std::exchange(task_, nullptr);
+    if (task != nullptr) LoopUnregisterTask(loop_, &AsTask(task)->registry_link);
+    DropTaskAnyThread(task);
+  }
+
+ private:
+  // Drops task_'s reference the way it was taken.
+  void DropTask(PyObject* task) const {
+    if (shared_ref_) {
+      DropSharedRef(task);
+    } else {
+      Py_DECREF(task);
+    }
+  }
+  void DropTaskAnyThread(PyObject* task) const {
+    DropOnAnyThread(task, [this](PyObject* t) { DropTask(t); });
+  }
+
+ public:
+  // What the control plane shows of a task (_mt_stats). Written only by
+  // the worker stepping it (one at a time), read by anyone: relaxed
+  // atomics as plain loads and stores, no read-modify-write.
+  struct Stats {
+    std::uint64_t steps;
+    std::uint64_t busy_cycles;
+    std::uint64_t created_cycles;
+    int last_worker;
+  };
+  Stats stats() const {
+    return {steps_.load(std::memory_order_relaxed),
+            busy_cycles_.load(std::memory_order_relaxed), created_cycles_,
+            last_worker_.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  void CountStep(std::uint64_t cycles) {
+    steps_.store(steps_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    busy_cycles_.store(busy_cycles_.load(std::memory_order_relaxed) + cycles,
+                       std::memory_order_relaxed);
+    last_worker_.store(this_worker_index, std::memory_order_relaxed);
+  }
+
+  PyObject* loop_;  // Borrowed; valid while task_ is held.
+  PyObject* task_;
+  const bool shared_ref_;  // How task_ was taken (NewSharedRef or Py_NewRef).
+  const std::uint64_t created_cycles_;
+  std::atomic<std::uint64_t> steps_{0};
+  std::atomic<std::uint64_t> busy_cycles_{0};
+  std::atomic<int> last_worker_{-1};
+};
+
+// The awaited future is done. As in stdlib, _fut_waiter keeps it until
+// the step it wakes begins (StepTask clears it): libraries read it to
+// tell a task about to resume with a result from one still waiting —
+// anyio does not cancel the former, so the item it received is not lost —
+// and a cancel() meanwhile finds the waiter done and sets _must_cancel.
+void WakeTask(PyObject* self) {
+  AsTask(self)->unit->Wake(rt_task::ScheduleKind::kWake);
+}
+
+// Schedules the next step with `exc` to throw (steals the reference).
+void WakeWithException(PyObject* self, PyObject* exc) {
+  TaskObject* t = AsTask(self);
+  PyObject* old;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  old = t->step_exc;
+  t->step_exc = exc;
+  Py_END_CRITICAL_SECTION();
+  Py_XDECREF(old);
+  t->unit->Wake(rt_task::ScheduleKind::kYield);
+}
+
+PyObject* MakeCancelled(PyObject* msg) {
+  return msg != nullptr && msg != Py_None
+             ? PyObject_CallOneArg(CancelledErrorType(), msg)
+             : PyObject_CallNoArgs(CancelledErrorType());
+}
+
+// What the coroutine yielded: decide what to wait for.
+// Cancels what a task waits for: 1 cancelled, 0 it was done, -1 error.
+// Only a plain Future is cancelled in place; anything else — a Task above
+// all, whose cancel() must throw into its coroutine so its cleanup runs,
+// or a subclass overriding cancel() — through its cancel() method.
+int CancelWaiter(PyObject* waiter, PyObject* msg) {
+  if (Py_IS_TYPE(waiter, FutureType())) {
+    return FutureCancel(reinterpret_cast<FutureObject*>(waiter), msg);
+  }
+  PyObject* r = PyObject_CallMethodOneArg(waiter, str_cancel, msg);
+  const int cancelled = r == nullptr ? -1 : PyObject_IsTrue(r);
+  Py_XDECREF(r);
+  return cancelled;
+}
+
+void HandleYield(PyObject* self, PyObject* result) {
+  TaskObject* t = AsTask(self);
+  PyObject* loop = t->base.loop;
+  // Consumed on every yield so a stale mark never outlives its step.
+  const bool awaited = FutureTakeAwaitMarker(result);
+  if (result == Py_None) {
+    // A bare yield (sleep(0)): let others run, then continue.
+    t->unit->Wake(rt_task::ScheduleKind::kYield);
+    return;
+  }
+  const bool ours = PyObject_TypeCheck(result, FutureType());
+  int blocking;
+  if (ours) {
+    FutureObject* fut = reinterpret_cast<FutureObject*>(result);
+    Py_BEGIN_CRITICAL_SECTION(result);
+    blocking = awaited || fut->blocking;
+    Py_END_CRITICAL_SECTION();
+  } else {
+    PyObject* flag = nullptr;
+    if (PyObject_GetOptionalAttr(result, str_blocking, &flag) < 0) {
+      WakeWithException(self, PyErr_GetRaisedException());
+      return;
+    }
+    if (flag == nullptr || flag == Py_None) {
+      Py_XDECREF(flag);
+      blocking = -1;  // Not a future at all.
+    } else {
+      blocking = PyObject_IsTrue(flag);
+      Py_DECREF(flag);
+      if (blocking < 0) {
+        WakeWithException(self, PyErr_GetRaisedException());
+        return;
+      }
+    }
+  }
+  PyObject* error = nullptr;
+  if (blocking > 0) {
+    PyObject* fut_loop;
+    if (ours) {
+      fut_loop = Py_NewRef(reinterpret_cast<FutureObject*>(result)->loop);
+    } else {
+      fut_loop = PyObject_CallMethodNoArgs(result, str_get_loop);
+      if (fut_loop == nullptr) {
+        WakeWithException(self, PyErr_GetRaisedException());
+        return;
+      }
+    }
+    const bool same_loop = fut_loop == loop;
+    Py_DECREF(fut_loop);
+    if (!same_loop) {
+      error = PyUnicode_FromFormat("Task %R got Future %R attached to a different loop",
+                                   self, result);
+    } else if (result == self) {
+      error = PyUnicode_FromFormat("Task cannot await on itself: %R", self);
+    } else {
+      if (ours) {
+        Py_BEGIN_CRITICAL_SECTION(result);
+        reinterpret_cast<FutureObject*>(result)->blocking = false;
+        Py_END_CRITICAL_SECTION();
+        const int rc = FutureAddWaker(reinterpret_cast<FutureObject*>(result), self);
+        if (rc == 1) {
+          // Done already: just continue. stdlib's step has it in
+          // _fut_waiter until then too.
+          Py_BEGIN_CRITICAL_SECTION(self);
+          Py_XSETREF(t->fut_waiter, Py_NewRef(result));
+          Py_END_CRITICAL_SECTION();
+          t->unit->Wake(rt_task::ScheduleKind::kYield);
+          return;
+        }
+      } else {
+        if (PyObject_SetAttr(result, str_blocking, Py_False) < 0) {
+          WakeWithException(self, PyErr_GetRaisedException());
+          return;
+        }
+        PyObject* wakeup = PyObject_GetAttrString(self, "_wakeup");
+        PyObject* res = nullptr;
+        if (wakeup != nullptr) {
+          PyObject* args[] = {result, wakeup, t->context};
+          res = PyObject_VectorcallMethod(str_add_done_callback, args,
+                                          2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                          kwnames_context);
+          Py_DECREF(wakeup);
+        }
+        if (res == nullptr) {
+          WakeWithException(self, PyErr_GetRaisedException());
+          return;
+        }
+        Py_DECREF(res);
+      }
+      // Now waiting. A cancel that arrived during the step goes to the
+      // waiter, exactly as if it had arrived after.
+      bool cancel_now = false;
+      PyObject* msg = nullptr;
+      Py_BEGIN_CRITICAL_SECTION(self);
+      Py_XSETREF(t->fut_waiter, Py_NewRef(result));
+      if (t->must_cancel) {
+        cancel_now = true;
+        msg = Py_XNewRef(t->must_cancel_msg);
+      }
+      Py_END_CRITICAL_SECTION();
+      if (cancel_now) {
+        const int cancelled = CancelWaiter(result, msg != nullptr ? msg : Py_None);
+        if (cancelled < 0) PyErr_WriteUnraisable(self);
+        if (cancelled > 0) {
+          Py_BEGIN_CRITICAL_SECTION(self);
+          t->must_cancel = false;
+          Py_END_CRITICAL_SECTION();
+        }
+      }
+      Py_XDECREF(msg);
+      return;
+    }
+  } else if (blocking == 0) {
+    error = PyUnicode_FromFormat(
+        "yield was used instead of yield from in task %R with %R", self, result);
+  } else if (PyGen_Check(result)) {
+    error = PyUnicode_FromFormat(
+        "yield was used instead of yield from for generator in task %R with %R",
+        self, result);
+  } else {
+    error = PyUnicode_FromFormat("Task got bad yield: %R", result);
+  }
+  if (error == nullptr) {
+    WakeWithException(self, PyErr_GetRaisedException());
+    return;
+  }
+  PyObject* exc = PyObject_CallOneArg(PyExc_RuntimeError, error);
+  Py_DECREF(error);
+  if (exc == nullptr) exc = PyErr_GetRaisedException();
+  WakeWithException(self, exc);
+}
+
+// A cancel requested during a task's final step, taken under the task's
+// lock by TakeFinalCancel.
+struct FinalCancel {
+  bool requested = false;
+  PyObject* msg = nullptr;  // New reference.
+};
+
+// FutureTrySetResultIf's check for a task's result: refuses it (and takes
+// the request) when a cancel is pending. Runs under the task's lock.
+bool TakeFinalCancel(FutureObject* fut, void* arg) {
+  TaskObject* t = reinterpret_cast<TaskObject*>(fut);
+  if (!t->must_cancel) return true;
+  auto* cancel = static_cast<FinalCancel*>(arg);
+  cancel->requested = true;
+  cancel->msg = Py_XNewRef(t->must_cancel_msg);
+  t->must_cancel = false;
+  return false;
+}
+
+// stdlib's wakeup reads the awaited future's result before the step it
+// schedules; when a cancel lands in between (the future was already done,
+// so cancel() set _must_cancel) that step throws CancelledError, and the
+// future's exception has been retrieved. Ours is read by the coroutine's
+// own `await`, which the CancelledError skips: mark it retrieved here, or
+// "Future exception was never retrieved" is reported for it (aiohttp's
+// drain waiter, failed by connection_lost just before it cancels the
+// handler task).
+void MarkWaiterRetrieved(PyObject* waiter) {
+  if (PyObject_TypeCheck(waiter, FutureType())) {
+    Py_BEGIN_CRITICAL_SECTION(waiter);
+    reinterpret_cast<FutureObject*>(waiter)->log_traceback = false;
+    Py_END_CRITICAL_SECTION();
+    return;
+  }
+  // A foreign future (stdlib's): its exception() marks it retrieved (and
+  // raises, cleared here, if it was cancelled or is still pending).
+  PyObject* raised = PyErr_GetRaisedException();
+  Py_XDECREF(PyObject_CallMethod(waiter, "exception", nullptr));
+  PyErr_Clear();
+  PyErr_SetRaisedException(raised);
+}
+
+// One step. Returns true when the task is done.
+bool StepTask(PyObject* self) {
+  TaskObject* t = AsTask(self);
+  PyObject* exc = nullptr;
+  bool must_cancel = false;
+  PyObject* msg = nullptr;
+  bool done;
+  PyObject* old_waiter;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  done = t->base.state != FutureState::kPending;
+  old_waiter = std::exchange(t->fut_waiter, nullptr);
+  exc = t->step_exc;
+  t->step_exc = nullptr;
+  if (t->must_cancel) {
+    must_cancel = true;
+    t->must_cancel = false;
+    msg = Py_XNewRef(t->must_cancel_msg);
+  }
+  Py_END_CRITICAL_SECTION();
+  if (must_cancel && old_waiter != nullptr && !done) MarkWaiterRetrieved(old_waiter);
+  Py_XDECREF(old_waiter);  // Outside the section: a decref may run Python.
+  if (done) {
+    Py_XDECREF(exc);
+    Py_XDECREF(msg);
+    return true;
+  }
+  if (must_cancel) {
+    Py_XDECREF(exc);
+    exc = MakeCancelled(msg);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+  }
+  Py_XDECREF(msg);
+
+  PyObject* loop = t->base.loop;
+  if (PyContext_Enter(t->context) < 0) {
+    // Another thread is inside this context (tasks sharing one context run
+    // in parallel here): fail the task rather than corrupt the context.
+    Py_XDECREF(exc);
+    PyObject* err = PyErr_GetRaisedException();
+    FutureSetException(&t->base, err);
+    Py_DECREF(err);
+    return true;
+  }
+  // A step nested in another task's step (an eager start) swaps asyncio's
+  // notion of the current task; a step of its own enters and leaves.
+  PyObject* prev_task = current_task;
+  const bool nested = prev_task != nullptr;
+  PyObject* enter_args[] = {loop, self};
+  if (kTellAsyncio) {
+    PyObject* entered = PyObject_Vectorcall(nested ? swap_current_task : enter_task,
+                                            enter_args, 2, nullptr);
+    if (entered == nullptr) PyErr_WriteUnraisable(self);
+    Py_XDECREF(entered);
+  }
+  current_task = self;
+
+  PyObject* result = nullptr;
+  PySendResult status;
+  if (exc == nullptr) {
+    status = PyIter_Send(t->coro, Py_None, &result);
+  } else {
+    result = PyObject_CallMethodOneArg(t->coro, str_throw, exc);
+    Py_DECREF(exc);
+    if (result != nullptr) {
+      status = PYGEN_NEXT;
+    } else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+      PyObject* stop = PyErr_GetRaisedException();
+      result = PyObject_GetAttrString(stop, "value");
+      Py_DECREF(stop);
+      status = result != nullptr ? PYGEN_RETURN : PYGEN_ERROR;
+    } else {
+      status = PYGEN_ERROR;
+    }
+  }
+  PyObject* step_error = status == PYGEN_ERROR ? PyErr_GetRaisedException() : nullptr;
+
+  current_task = prev_task;
+  if (kTellAsyncio) {
+    PyObject* left;
+    if (nested) {
+      PyObject* swap_back[] = {loop, prev_task};
+      left = PyObject_Vectorcall(swap_current_task, swap_back, 2, nullptr);
+    } else {
+      left = PyObject_Vectorcall(leave_task, enter_args, 2, nullptr);
+    }
+    if (left == nullptr) PyErr_WriteUnraisable(self);
+    Py_XDECREF(left);
+  }
+  if (PyContext_Exit(t->context) < 0) PyErr_WriteUnraisable(self);
+
+  if (status == PYGEN_RETURN) {
+    // A cancel during the final step wins over the result, as in stdlib:
+    // checked and the result set under one lock, so a cancel() that
+    // returned True is never followed by a result.
+    FinalCancel cancel;
+    int rc = FutureTrySetResultIf(&t->base, result, TakeFinalCancel, &cancel);
+    if (rc >= 0 && cancel.requested) {
+      rc = FutureCancel(&t->base, cancel.msg != nullptr ? cancel.msg : Py_None);
+    }
+    if (rc < 0) PyErr_WriteUnraisable(self);
+    Py_XDECREF(cancel.msg);
+    Py_DECREF(result);
+    return true;
+  }
+  if (status == PYGEN_ERROR) {
+    if (PyErr_GivenExceptionMatches(step_error, CancelledErrorType())) {
+      PyObject* args = PyException_GetArgs(step_error);
+      PyObject* cmsg = args != nullptr && PyTuple_GET_SIZE(args) > 0
+                           ? PyTuple_GET_ITEM(args, 0)
+                           : Py_None;
+      Py_BEGIN_CRITICAL_SECTION(self);
+      Py_XSETREF(t->base.cancelled_exc, Py_NewRef(step_error));
+      Py_END_CRITICAL_SECTION();
+      if (FutureCancel(&t->base, cmsg) < 0) PyErr_WriteUnraisable(self);
+      Py_XDECREF(args);
+    } else {
+      if (FutureSetException(&t->base, step_error) < 0) PyErr_WriteUnraisable(self);
+      // stdlib's step re-raises these out of run_forever, after setting
+      // them on the task; here the thread in run_forever raises them.
+      if (IsExitException(step_error)) LoopRaiseInRunner(loop, Py_NewRef(step_error));
+    }
+    Py_DECREF(step_error);
+    return true;
+  }
+  HandleYield(self, result);
+  Py_DECREF(result);
+  return false;
+}
+
+// --- Python-visible methods -----------------------------------------------------
+
+// Initializes a freshly allocated task and schedules (or eagerly starts)
+// its first step. 0, or -1 with an error.
+int TaskInitialize(PyObject* self, PyObject* coro, PyObject* loop, PyObject* name,
+                   PyObject* context, bool eager_start) {
+  TaskObject* t = AsTask(self);
+  if (t->unit != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "Task is already initialized");
+    return -1;
+  }
+  // Native coroutines need no Python call; anything else asks asyncio.
+  int ok = 1;
+  if (!PyCoro_CheckExact(coro)) {
+    PyObject* is_coro = PyObject_CallOneArg(iscoroutine, coro);
+    if (is_coro == nullptr) return -1;
+    ok = PyObject_IsTrue(is_coro);
+    Py_DECREF(is_coro);
+  }
+  if (ok <= 0) {
+    if (ok == 0) PyErr_Format(PyExc_TypeError, "a coroutine was expected, got %R", coro);
+    return -1;
+  }
+  PyObject* resolved =
+      loop == Py_None ? PyObject_CallNoArgs(get_event_loop) : Py_NewRef(loop);
+  if (resolved == nullptr) return -1;
+  if (!IsLoop(resolved)) {
+    PyErr_Format(PyExc_TypeError,
+                 "mt_asyncio tasks run on an mt_asyncio loop, got %R", resolved);
+    Py_DECREF(resolved);
+    return -1;
+  }
+  if (LoopCheckRuntime(resolved) < 0) {
+    Py_DECREF(resolved);
+    return -1;
+  }
+  Py_XSETREF(t->base.loop, resolved);
+  Py_XSETREF(t->base.source_traceback, LoopSourceTraceback(resolved));
+  t->coro = Py_NewRef(coro);
+  t->context = context == Py_None ? PyContext_CopyCurrent() : Py_NewRef(context);
+  if (t->context == nullptr) return -1;
+  t->number = task_counter.value.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (name != Py_None) {
+    t->name = PyObject_Str(name);
+    if (t->name == nullptr) return -1;
+  }
+  t->unit = new TaskUnit(resolved, self, LoopRunsOnlyOnThisThread(resolved));
+  if (t->unit == nullptr) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  LoopRegisterTask(resolved, self, &t->registry_link);
+  if (eager_start && LoopStartEagerly(resolved, t->unit)) {
+    // Done in its first step: nothing will step it again (stdlib drops
+    // the coroutine here too).
+    if (FutureIsDone(&t->base)) Py_CLEAR(t->coro);
+    return 0;
+  }
+  if (!HeldFirstSteps::Hold(resolved, self, t->unit)) LoopWake(resolved, t->unit);
+  return 0;
+}
+
+int Task_init(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"coro", "loop", "name", "context", "eager_start",
+                                 nullptr};
+  PyObject* coro;
+  PyObject* loop = Py_None;
+  PyObject* name = Py_None;
+  PyObject* context = Py_None;
+  PyObject* eager_start = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOO:Task",
+                                   const_cast<char**>(kwlist), &coro, &loop,
+                                   &name, &context, &eager_start)) {
+    return -1;
+  }
+  const int eager = PyObject_IsTrue(eager_start);
+  if (eager < 0) return -1;
+  return TaskInitialize(self, coro, loop, name, context, eager != 0);
+}
+
+// Task(coro, loop=L) with a loop that is not ours (a stdlib loop someone
+// made explicitly while compat.install() points asyncio.Task here) makes
+// stdlib's Task, which is what that loop runs. Subclasses are left alone.
+PyObject* Task_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  if (type == task_type && kwargs != nullptr) {
+    PyObject* loop = nullptr;
+    if (PyDict_GetItemRef(kwargs, str_loop, &loop) < 0) return nullptr;
+    const bool foreign = loop != nullptr && loop != Py_None && !IsLoop(loop);
+    Py_XDECREF(loop);
+    if (foreign) return PyObject_Call(stdlib_task_type, args, kwargs);
+  }
+  return FutureType()->tp_new(type, args, kwargs);
+}
+
+int Task_traverse(PyObject* self, visitproc visit, void* arg) {
+  TaskObject* t = AsTask(self);
+  Py_VISIT(t->coro);
+  Py_VISIT(t->context);
+  Py_VISIT(t->name);
+  Py_VISIT(t->fut_waiter);
+  Py_VISIT(t->must_cancel_msg);
+  Py_VISIT(t->step_exc);
+  return FutureType()->tp_traverse(self, visit, arg);
+}
+
+int Task_clear(PyObject* self) {
+  TaskObject* t = AsTask(self);
+  Py_CLEAR(t->coro);
+  Py_CLEAR(t->context);
+  Py_CLEAR(t->name);
+  Py_CLEAR(t->fut_waiter);
+  Py_CLEAR(t->must_cancel_msg);
+  Py_CLEAR(t->step_exc);
+  return FutureType()->tp_clear(self);
+}
+
+void Task_dealloc(PyObject* self) {
+  TaskObject* t = AsTask(self);
+  PyObject_GC_UnTrack(self);
+  if (PyObject_CallFinalizerFromDealloc(self) < 0) return;
+  if (t->unit != nullptr) {
+    t->unit->Unref();
+    t->unit = nullptr;
+  }
+  PyObject_GC_Track(self);  // The base dealloc untracks again.
+  Task_clear(self);
+  FutureType()->tp_dealloc(self);
+}
+
+PyObject* Task_cancel(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"msg", nullptr};
+  PyObject* msg = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:cancel",
+                                   const_cast<char**>(kwlist), &msg)) {
+    return nullptr;
+  }
+  TaskObject* t = AsTask(self);
+  bool first = true;
+  while (true) {
+    bool done = false;
+    PyObject* waiter = nullptr;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    done = t->base.state != FutureState::kPending;
+    if (!done) {
+      if (first) ++t->num_cancels_requested;
+      if (t->fut_waiter == nullptr) {
+        // Running or about to run: the next step throws CancelledError.
+        t->must_cancel = true;
+        Py_XSETREF(t->must_cancel_msg, Py_NewRef(msg));
+      } else {
+        waiter = Py_NewRef(t->fut_waiter);
+      }
+    }
+    Py_END_CRITICAL_SECTION();
+    if (done) {
+      if (first) Py_RETURN_FALSE;
+      Py_RETURN_TRUE;
+    }
+    first = false;
+    if (waiter == nullptr) Py_RETURN_TRUE;
+    const int cancelled = CancelWaiter(waiter, msg);
+    if (cancelled < 0) {
+      Py_DECREF(waiter);
+      return nullptr;
+    }
+    if (cancelled > 0) {
+      Py_DECREF(waiter);
+      Py_RETURN_TRUE;
+    }
+    // The waiter was done already: its wakeup is on the way. Make sure the
+    // step it triggers cancels, unless the task moved on to a new waiter.
+    bool again = false;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    if (t->fut_waiter == nullptr || t->fut_waiter == waiter) {
+      t->must_cancel = true;
+      Py_XSETREF(t->must_cancel_msg, Py_NewRef(msg));
+    } else {
+      again = true;
+    }
+    Py_END_CRITICAL_SECTION();
+    Py_DECREF(waiter);
+    if (!again) Py_RETURN_TRUE;
+  }
+}
+
+PyObject* Task_cancelling(PyObject* self, PyObject*) {
+  int n;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  n = AsTask(self)->num_cancels_requested;
+  Py_END_CRITICAL_SECTION();
+  return PyLong_FromLong(n);
+}
+
+PyObject* Task_uncancel(PyObject* self, PyObject*) {
+  TaskObject* t = AsTask(self);
+  int n;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  if (t->num_cancels_requested > 0) {
+    --t->num_cancels_requested;
+    if (t->num_cancels_requested == 0) t->must_cancel = false;
+  }
+  n = t->num_cancels_requested;
+  Py_END_CRITICAL_SECTION();
+  return PyLong_FromLong(n);
+}
+
+PyObject* Task_wakeup(PyObject* self, PyObject*) {
+  WakeTask(self);
+  Py_RETURN_NONE;
+}
+
+PyObject* Task_get_coro(PyObject* self, PyObject*) {
+  PyObject* c = AsTask(self)->coro;
+  return Py_NewRef(c != nullptr ? c : Py_None);
+}
+
+PyObject* Task_get_context(PyObject* self, PyObject*) {
+  PyObject* c = AsTask(self)->context;
+  return Py_NewRef(c != nullptr ? c : Py_None);
+}
+
+PyObject* Task_get_name(PyObject* self, PyObject*) {
+  TaskObject* t = AsTask(self);
+  PyObject* name = nullptr;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  if (t->name == nullptr) {
+    t->name = PyUnicode_FromFormat("Task-%llu",
+                                   static_cast<unsigned long long>(t->number));
+  }
+  name = Py_XNewRef(t->name);
+  Py_END_CRITICAL_SECTION();
+  return name;
+}
+
+PyObject* Task_set_name(PyObject* self, PyObject* value) {
+  PyObject* name = PyObject_Str(value);
+  if (name == nullptr) return nullptr;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  Py_XSETREF(AsTask(self)->name, name);
+  Py_END_CRITICAL_SECTION();
+  Py_RETURN_NONE;
+}
+
+// How long a reader of a task's frames waits for a step on another worker
+// to end before it reports the task without them: long enough to outlast a
+// worker preempted mid-step on a loaded machine (a task about to suspend),
+// short enough for a debugging call to wait out. repr() barely waits: it
+// has a form that needs no frame.
+constexpr std::chrono::milliseconds kPatienceForStack{250};
+constexpr std::chrono::milliseconds kPatienceForRepr{1};
+
+// Calls read() while no worker steps the task: the frames of a coroutine
+// that another thread is executing are not safe to read in CPython (its
+// generator state has no lock). The caller's own task and a finished one
+// need no wait. Returns false without calling read() if the task stayed
+// busy on another worker for `patience`.
+template <typename Read>
+bool WhileNotStepped(PyObject* self, std::chrono::milliseconds patience, Read read) {
+  TaskObject* t = AsTask(self);
+  rt_task::State* held = nullptr;
+  if (self != CurrentTask() && t->unit != nullptr && !FutureIsDone(&t->base)) {
+    rt_task::State& state = t->unit->state();
+    const auto give_up = std::chrono::steady_clock::now() + patience;
+    for (;;) {
+      if (state.TryBeginInspection()) {
+        held = &state;
+        break;
+      }
+      if (state.Load() & rt_task::State::kComplete) break;  // Finished meanwhile.
+      if (std::chrono::steady_clock::now() >= give_up) return false;
+      // Detached while waiting: a stop-the-world pause must not wait on us.
+      Py_BEGIN_ALLOW_THREADS
+      std::this_thread::yield();
+      Py_END_ALLOW_THREADS
+    }
+  }
+  read();
+  if (held != nullptr) held->EndInspection();
+  return true;
+}
+
+// A worker that takes an inspected task off a queue waits here, detached,
+// so that a stop-the-world pause the inspecting thread joins meanwhile
+// (a collection, say) does not wait on the worker forever.
+void WaitOutInspection() {
+  PyThreadState* ts = PyThreadState_GetUnchecked();
+  if (ts != nullptr) PyEval_SaveThread();
+  std::this_thread::yield();
+  if (ts != nullptr) PyEval_RestoreThread(ts);
+}
+
+PyObject* Task_get_stack(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"limit", nullptr};
+  PyObject* limit = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O:get_stack",
+                                   const_cast<char**>(kwlist), &limit)) {
+    return nullptr;
+  }
+  // The task's frames are read while no worker steps it; a task busy on
+  // another worker throughout is reported with no frames.
+  PyObject* frames = nullptr;
+  if (!WhileNotStepped(self, kPatienceForStack, [&] {
+        frames = PyObject_CallFunctionObjArgs(task_get_stack, self, limit, nullptr);
+      })) {
+    return PyList_New(0);
+  }
+  return frames;
+}
+
+PyObject* Task_print_stack(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"limit", "file", nullptr};
+  PyObject* limit = Py_None;
+  PyObject* file = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OO:print_stack",
+                                   const_cast<char**>(kwlist), &limit, &file)) {
+    return nullptr;
+  }
+  return PyObject_CallFunctionObjArgs(task_print_stack, self, limit, file, nullptr);
+}
+
+PyObject* Task_set_result(PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_RuntimeError, "Task does not support set_result operation");
+  return nullptr;
+}
+
+PyObject* Task_set_exception(PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_RuntimeError,
+                  "Task does not support set_exception operation");
+  return nullptr;
+}
+
+// stdlib's repr reads the coroutine's frame (for "running at file:line"),
+// so it runs while no worker steps the task; a task running on another
+// worker right now gets `running_task_repr`'s form, which does not.
+PyObject* Task_repr(PyObject* self) {
+  PyObject* r = nullptr;
+  if (WhileNotStepped(self, kPatienceForRepr,
+                      [&] { r = PyObject_CallOneArg(task_repr, self); })) {
+    return r;
+  }
+  // Stepped on another worker right now. (Until mt_asyncio.tasks has
+  // installed its form, which is before any task of ours can run.)
+  PyObject* busy = running_task_repr != nullptr ? running_task_repr : task_repr;
+  return PyObject_CallOneArg(busy, self);
+}
+
+PyObject* Task_get_must_cancel(PyObject* self, void*) {
+  bool v;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  v = AsTask(self)->must_cancel;
+  Py_END_CRITICAL_SECTION();
+  return PyBool_FromLong(v);
+}
+
+PyObject* Task_get_fut_waiter(PyObject* self, void*) {
+  PyObject* v;
+  Py_BEGIN_CRITICAL_SECTION(self);
+  v = Py_XNewRef(AsTask(self)->fut_waiter);
+  Py_END_CRITICAL_SECTION();
+  return v != nullptr ? v : Py_NewRef(Py_None);
+}
+
+PyObject* Task_get_coro_attr(PyObject* self, void*) { return Task_get_coro(self, nullptr); }
+
+// _while_not_stepped(fn, busy): fn() while no worker steps the task, or
+// `busy` (fn not called) if it stayed busy on another worker.
+PyObject* Task_while_not_stepped(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "_while_not_stepped expected 2 arguments, got %zd",
+                 nargs);
+    return nullptr;
+  }
+  PyObject* result = nullptr;
+  if (!WhileNotStepped(self, kPatienceForStack,
+                       [&] { result = PyObject_CallNoArgs(args[0]); })) {
+    return Py_NewRef(args[1]);
+  }
+  return result;
+}
+
+}  // namespace
+
+TaskStepState TaskStepStateOf(PyObject* task) {
+  TaskUnit* unit = AsTask(task)->unit;
+  if (unit == nullptr) return TaskStepState::kDone;
+  const std::uint64_t word = unit->state().Load();
+  if (word & rt_task::State::kComplete) return TaskStepState::kDone;
+  if (word & rt_task::State::kRunning) return TaskStepState::kRunning;
+  if (word & rt_task::State::kScheduled) return TaskStepState::kReady;
+  return TaskStepState::kWaiting;
+}
+
+namespace {
+
+PyObject* Task_mt_stats(PyObject* self, PyObject*) {
+  TaskObject* t = AsTask(self);
+  if (t->unit == nullptr) Py_RETURN_NONE;
+  const std::uint64_t word = t->unit->state().Load();
+  const char* state = "waiting";
+  if (FutureIsDone(&t->base) || (word & rt_task::State::kComplete)) {
+    state = "done";
+  } else if (word & rt_task::State::kRunning) {
+    state = "running";
+  } else if (word & rt_task::State::kScheduled) {
+    state = "ready";
+  }
+  const TaskUnit::Stats s = t->unit->stats();
+  const std::uint64_t now = runtime::metrics::CycleClock::Now();
+  const double age_s =
+      now > s.created_cycles ? runtime::metrics::CycleClock::ToNs(now - s.created_cycles) / 1e9
+                             : 0.0;
+  return Py_BuildValue("(KsKKdi)", static_cast<unsigned long long>(t->unit->id()), state,
+                       static_cast<unsigned long long>(s.steps),
+                       static_cast<unsigned long long>(
+                           runtime::metrics::CycleClock::ToNs(s.busy_cycles)),
+                       age_s, s.last_worker);
+}
+
+PyMethodDef task_methods[] = {
+    {"cancel", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_cancel)),
+     METH_VARARGS | METH_KEYWORDS, "cancel($self, /, msg=None)\n--\n\nRequest that the task be cancelled."},
+    {"cancelling", Task_cancelling, METH_NOARGS,
+     "cancelling($self, /)\n--\n\nNumber of pending cancellation requests."},
+    {"uncancel", Task_uncancel, METH_NOARGS, "uncancel($self, /)\n--\n\nDecrement the cancellation count."},
+    {"get_coro", Task_get_coro, METH_NOARGS, "get_coro($self, /)\n--\n\nThe wrapped coroutine."},
+    {"get_context", Task_get_context, METH_NOARGS, "get_context($self, /)\n--\n\nThe task's contextvars.Context."},
+    {"get_name", Task_get_name, METH_NOARGS, "get_name($self, /)\n--\n\nThe task's name."},
+    {"set_name", Task_set_name, METH_O, "set_name($self, value, /)\n--\n\nRename the task."},
+    {"get_stack",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_get_stack)),
+     METH_VARARGS | METH_KEYWORDS, "get_stack($self, /, *, limit=None)\n--\n\nThe coroutine's frames."},
+    {"print_stack",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_print_stack)),
+     METH_VARARGS | METH_KEYWORDS, "print_stack($self, /, *, limit=None, file=None)\n--\n\n"
+     "Print the coroutine's frames."},
+    {"set_result", Task_set_result, METH_O,
+     "set_result($self, result, /)\n--\n\nNot allowed on a Task (RuntimeError)."},
+    {"set_exception", Task_set_exception, METH_O,
+     "set_exception($self, exception, /)\n--\n\nNot allowed on a Task (RuntimeError)."},
+    {"_wakeup", Task_wakeup, METH_O, "Done callback for foreign futures."},
+    {"_mt_stats", Task_mt_stats, METH_NOARGS,
+     "(id, state, steps, busy_ns, age_seconds, last_worker) for the control "
+     "plane; state is 'running', 'ready', 'waiting' or 'done'."},
+    {"_while_not_stepped",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_while_not_stepped)),
+     METH_FASTCALL,
+     "_while_not_stepped(fn, busy): fn() while no worker steps the task, or "
+     "`busy` if it stayed busy on another worker throughout a short wait."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef task_getset[] = {
+    {"_must_cancel", Task_get_must_cancel, nullptr, nullptr, nullptr},
+    {"_fut_waiter", Task_get_fut_waiter, nullptr, nullptr, nullptr},
+    {"_coro", Task_get_coro_attr, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyType_Slot task_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(Task_new)},
+    {Py_tp_init, reinterpret_cast<void*>(Task_init)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(Task_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Task_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Task_clear)},
+    {Py_tp_repr, reinterpret_cast<void*>(Task_repr)},
+    {Py_tp_methods, task_methods},
+    {Py_tp_getset, task_getset},
+    {Py_tp_doc, const_cast<char*>("A coroutine stepped in parallel on the runtime's workers.")},
+    {0, nullptr},
+};
+
+PyType_Spec task_spec = {
+    .name = "mt_asyncio._core.Task",
+    .basicsize = sizeof(TaskObject),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .slots = task_slots,
+};
+
+PyObject* Module_current_task(PyObject*, PyObject*) {
+  return Py_NewRef(current_task != nullptr ? current_task : Py_None);
+}
+
+PyObject* Module_set_running_task_repr(PyObject*, PyObject* fn) {
+  Py_XSETREF(running_task_repr, Py_NewRef(fn));
+  Py_RETURN_NONE;
+}
+
+PyMethodDef module_functions[] = {
+    {"_current_task", Module_current_task, METH_NOARGS,
+     "The task being stepped on this thread, or None."},
+    {"_set_running_task_repr", Module_set_running_task_repr, METH_O,
+     "The repr for a task that another worker is stepping right now."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+PyObject* CurrentTask() { return current_task; }
+
+rt_task::Task* CurrentTaskUnit() {
+  if (current_task == nullptr) return nullptr;
+  return reinterpret_cast<TaskObject*>(current_task)->unit;
+}
+
+PyObject* TaskCreate(PyObject* loop, PyObject* coro, PyObject* name, PyObject* context,
+                     bool eager_start) {
+  PyObject* self = task_type->tp_alloc(task_type, 0);
+  if (self == nullptr) return nullptr;
+  if (TaskInitialize(self, coro, loop, name, context, eager_start) < 0) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  return self;
+}
+
+int RegisterTaskType(PyObject* module) {
+  PyObject* asyncio_c = PyImport_ImportModule("_asyncio");
+  PyObject* base_tasks = PyImport_ImportModule("asyncio.base_tasks");
+  PyObject* events = PyImport_ImportModule("asyncio.events");
+  PyObject* coroutines = PyImport_ImportModule("asyncio.coroutines");
+  if (asyncio_c == nullptr || base_tasks == nullptr || events == nullptr ||
+      coroutines == nullptr) {
+    Py_XDECREF(asyncio_c);
+    Py_XDECREF(base_tasks);
+    Py_XDECREF(events);
+    Py_XDECREF(coroutines);
+    return -1;
+  }
+  enter_task = PyObject_GetAttrString(asyncio_c, "_enter_task");
+  leave_task = PyObject_GetAttrString(asyncio_c, "_leave_task");
+  swap_current_task = PyObject_GetAttrString(asyncio_c, "_swap_current_task");
+  task_repr = PyObject_GetAttrString(base_tasks, "_task_repr");
+  task_get_stack = PyObject_GetAttrString(base_tasks, "_task_get_stack");
+  task_print_stack = PyObject_GetAttrString(base_tasks, "_task_print_stack");
+  get_event_loop = PyObject_GetAttrString(events, "get_event_loop");
+  iscoroutine = PyObject_GetAttrString(coroutines, "iscoroutine");
+  stdlib_task_type = PyObject_GetAttrString(asyncio_c, "Task");
+  Py_DECREF(asyncio_c);
+  Py_DECREF(base_tasks);
+  Py_DECREF(events);
+  Py_DECREF(coroutines);
+  str_throw = PyUnicode_InternFromString("throw");
+  str_cancel = PyUnicode_InternFromString("cancel");
+  str_loop = PyUnicode_InternFromString("loop");
+  str_add_done_callback = PyUnicode_InternFromString("add_done_callback");
+  str_get_loop = PyUnicode_InternFromString("get_loop");
+  str_blocking = PyUnicode_InternFromString("_asyncio_future_blocking");
+  str_context = PyUnicode_InternFromString("context");
+  kwnames_context = PyTuple_Pack(1, str_context);
+  if (!enter_task || !leave_task || !swap_current_task || !task_repr || !task_get_stack ||
+      !task_print_stack || !get_event_loop || !iscoroutine || !kwnames_context ||
+      !stdlib_task_type || !str_loop) {
+    return -1;
+  }
+  task_type = reinterpret_cast<PyTypeObject*>(PyType_FromModuleAndSpec(
+      module, &task_spec, reinterpret_cast<PyObject*>(FutureType())));
+  if (task_type == nullptr) return -1;
+  FutureHooks hooks = GetFutureHooks();
+  hooks.wake_task = WakeTask;
+  SetFutureHooks(hooks);
+  rt_task::State::SetInspectionWait(WaitOutInspection);
+  if (PyModule_AddFunctions(module, module_functions) < 0) return -1;
+  return PyModule_AddObjectRef(module, "Task", reinterpret_cast<PyObject*>(task_type));
+}
+
+}  // namespace mt::pyext

@@ -1,0 +1,1242 @@
+#include "pyext/src/net/transport.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "pyext/src/common/py_ref.h"
+#include "pyext/src/loop/fd_watch.h"
+#include "pyext/src/loop/loop.h"
+#include "pyext/src/loop/strands.h"
+#include "pyext/src/loop/task.h"
+#include "pyext/src/net/connection_unit.h"
+#include "pyext/src/net/transport_util.h"
+#include "runtime/io/driver.h"
+#include "runtime/scheduler/strand.h"
+#include "runtime/time/entry.h"
+
+namespace mt::pyext {
+namespace {
+
+namespace io = runtime::io;
+namespace rt_task = runtime::task;
+using runtime::scheduler::Strand;
+
+// stdlib's read size (selector_events max_size) and default write limits.
+constexpr std::size_t kReadSize = 256 * 1024;
+// After this many writes to a lost connection, each one logs a warning
+// (asyncio.constants.LOG_THRESHOLD_FOR_CONNLOST_WRITES).
+constexpr int kLogConnLostWrites = 5;
+// Coalesce small writes into the buffer's last chunk up to this size.
+constexpr std::size_t kChunkSize = 64 * 1024;
+// Connections a listener accepts per readiness before yielding its worker.
+constexpr int kMaxAcceptsPerPoll = 128;
+
+using namespace transport;  // NOLINT: this file's own helpers.
+
+PyTypeObject* transport_type = nullptr;
+PyTypeObject* listener_type = nullptr;
+
+// Bytes that write() could not send yet, in order. Only touched under the
+// connection's lock.
+class WriteBuffer {
+ public:
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  void Append(const char* data, std::size_t n) {
+    if (n == 0) return;
+    if (!chunks_.empty() && chunks_.back().size() + n <= kChunkSize) {
+      chunks_.back().append(data, n);
+    } else {
+      chunks_.emplace_back(data, n);
+    }
+    size_ += n;
+  }
+  // Up to `max` iovecs over the front of the buffer.
+  int Gather(iovec* iov, int max) {
+    int n = 0;
+    std::size_t offset = front_offset_;
+    for (auto it = chunks_.begin(); it != chunks_.end() && n < max; ++it) {
+      iov[n].iov_base = it->data() + offset;
+      iov[n].iov_len = it->size() - offset;
+      offset = 0;
+      ++n;
+    }
+    return n;
+  }
+  void Consume(std::size_t n) {
+    size_ -= n;
+    while (n > 0) {
+      std::string& front = chunks_.front();
+      const std::size_t left = front.size() - front_offset_;
+      if (n < left) {
+        front_offset_ += n;
+        return;
+      }
+      n -= left;
+      chunks_.pop_front();
+      front_offset_ = 0;
+    }
+  }
+  void Clear() {
+    chunks_.clear();
+    front_offset_ = 0;
+    size_ = 0;
+  }
+
+ private:
+  std::deque<std::string> chunks_;
+  std::size_t front_offset_ = 0;
+  std::size_t size_ = 0;
+};
+
+// --- the connection unit ------------------------------------------------------
+
+class Conn final : public ConnectionUnit {
+ public:
+  Conn(PyObject* loop, PyObject* sock, int fd, PyObject* base_context)
+      : ConnectionUnit(loop, sock, fd, base_context) {}
+  ~Conn() override {
+    DecRefAnyThread(factory_);
+    DecRefAnyThread(server_);
+    DecRefAnyThread(writable_waiter_);
+  }
+
+  // --- set up before the first wake (one thread) ---
+  PyObject* factory_ = nullptr;  // Accepted connections: protocol factory.
+  PyObject* server_ = nullptr;
+
+  // --- any thread, under mu_ ---
+  bool buffered_ = false;  // protocol_ is a BufferedProtocol.
+  WriteBuffer wbuf_;
+  bool eof_requested_ = false;  // write_eof() called.
+  bool reading_paused_ = false;
+  // loop.sendfile()'s native path: write() refuses while it runs, and the
+  // unit resolves writable_waiter_ once the buffer is flushed and the
+  // socket takes more.
+  bool sendfile_active_ = false;
+  PyObject* writable_waiter_ = nullptr;
+
+  // --- any thread ---
+  // _call_serialized() calls queued for the strand and not begun yet. A
+  // call made while any is pending queues behind it, even from a unit
+  // that could run it now: a step of an ancestor strand's task must not
+  // overtake a write a plain thread queued before starting that step.
+  std::atomic<int> serialized_pending_{0};
+
+  // --- the unit's own (on the strand) ---
+  bool attached_ = false;  // server_._attach() was called (an accepted
+                           // connection: by the acceptor, before the first wake).
+  bool eof_seen_ = false;
+
+  // Sends from the buffer until it is empty or the socket is full. Under
+  // mu_. Returns 0, EAGAIN, or another errno.
+  int FlushLocked();
+
+ protected:
+  bool BufferEmptyLocked() const override { return wbuf_.empty(); }
+  std::size_t BufferSizeLocked() const override { return wbuf_.size(); }
+  void ClearBufferLocked(std::vector<PyObject*>&) override { wbuf_.Clear(); }
+
+  bool MakeConnection() override;
+  void Serve() override {
+    FlushIfWritable();
+    ServeWritableWaiter();
+    ReadOnce();
+  }
+  void AfterLost() override;
+
+ private:
+  bool Start();
+  void ReadOnce();
+  void FlushIfWritable();
+  void ServeWritableWaiter();
+};
+
+// Sends as much of the buffer as the socket takes.
+int Conn::FlushLocked() {
+  while (!wbuf_.empty()) {
+    iovec iov[64];
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(wbuf_.Gather(iov, 64));
+    const ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EWOULDBLOCK ? EAGAIN : errno;
+    }
+    wbuf_.Consume(static_cast<std::size_t>(n));
+  }
+  return 0;
+}
+
+
+
+
+
+bool Conn::Start() {
+  // An accepted connection makes its protocol here, on its own strand, so
+  // a server's protocol factories run in parallel too.
+  if (factory_ != nullptr) {
+    PyObject* protocol = PyObject_CallNoArgs(factory_);
+    if (protocol == nullptr) {
+      ReportToLoop(loop_, "Error on transport creation for incoming connection",
+                   PyErr_GetRaisedException(), {});
+      return false;
+    }
+    const int buffered = PyObject_IsInstance(protocol, buffered_protocol_type);
+    if (buffered < 0) PyErr_Clear();
+    PyMutexGuard lock(mu_);
+    protocol_ = protocol;
+    buffered_ = buffered > 0;
+  }
+  if (io_ == nullptr) {
+    io_ = FdTableRegisterTransport(loop_, fd_, transport_, this);
+    if (io_ == nullptr) {
+      ReportToLoop(loop_, "Error on transport creation for incoming connection",
+                   PyErr_GetRaisedException(), {});
+      return false;
+    }
+  }
+  if (server_ != nullptr && !attached_) {
+    PyObject* res = CallMethod(server_, "_attach", transport_);
+    if (res == nullptr) PyErr_WriteUnraisable(server_);
+    Py_XDECREF(res);
+    attached_ = true;
+  }
+  return true;
+}
+
+bool Conn::MakeConnection() {
+  if (!Start()) return false;
+  PyObject* protocol = Protocol();
+  PyObject* res = CallMethod(protocol, "connection_made", transport_);
+  if (res == nullptr) {
+    LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
+  }
+  Py_XDECREF(res);
+  Py_DECREF(protocol);
+  return true;
+}
+
+
+void Conn::FlushIfWritable() {
+  {
+    PyMutexGuard lock(mu_);
+    if (wbuf_.empty() || lost_pending_) return;
+  }
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kWrite, this);
+  if (!ready) return;  // Armed.
+  int err;
+  bool shut_wr = false;
+  {
+    PyMutexGuard lock(mu_);
+    err = FlushLocked();
+    if (err == 0) {
+      if (closing_) {
+        // close() waited for the buffer: connection_lost(None) is due —
+        // unless a paused protocol is about to hear resume_writing(),
+        // which may still write (TLS's close_notify does): as stdlib,
+        // that comes first, and FinishCloseIfDrained() decides after it.
+        if (!paused_delivered_) {
+          if (conn_lost_ == 0) ++conn_lost_;
+          lost_pending_ = true;
+        }
+      } else if (eof_requested_) {
+        shut_wr = true;
+      }
+    }
+    if (want_paused_ && wbuf_.size() <= low_water_) want_paused_ = false;
+  }
+  if (shut_wr) shutdown(fd_, SHUT_WR);
+  if (err == EAGAIN) {
+    driver.ClearReadiness(io_, io::Direction::kWrite, *ready);
+    if (driver.PollReady(io_, io::Direction::kWrite, this)) Wake(rt_task::ScheduleKind::kYield);
+  } else if (err != 0) {
+    PyObject* exc = OsErrorFromErrno(err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    Fatal(exc, "Fatal write error on socket transport");
+  }
+}
+
+void Conn::ServeWritableWaiter() {
+  {
+    PyMutexGuard lock(mu_);
+    if (writable_waiter_ == nullptr || !wbuf_.empty() || lost_pending_) return;
+  }
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kWrite, this);
+  if (!ready) return;  // Armed.
+  // The cached readiness may be older than the EAGAIN that sent the waiter
+  // here: ask the socket, and wait for the next edge if it is full.
+  pollfd p{};
+  p.fd = fd_;
+  p.events = POLLOUT;
+  if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLOUT | POLLERR | POLLHUP))) {
+    driver.ClearReadiness(io_, io::Direction::kWrite, *ready);
+    if (driver.PollReady(io_, io::Direction::kWrite, this)) Wake(rt_task::ScheduleKind::kYield);
+    return;
+  }
+  PyObject* waiter;
+  {
+    PyMutexGuard lock(mu_);
+    waiter = std::exchange(writable_waiter_, nullptr);
+  }
+  ResolveWaiter(&waiter);
+}
+
+void Conn::ReadOnce() {
+  bool buffered;
+  {
+    PyMutexGuard lock(mu_);
+    if (reading_paused_ || closing_ || lost_pending_) return;
+    buffered = buffered_;
+  }
+  if (eof_seen_) return;
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kRead, this);
+  if (!ready) return;  // Armed.
+  PyObject* protocol = Protocol();
+  if (protocol == nullptr) return;
+  ssize_t n;
+  std::size_t wanted;
+  PyObject* res = nullptr;
+  const char* failure = nullptr;
+  if (buffered) {
+    PyObject* size = PyLong_FromLong(-1);
+    PyObject* buf = size != nullptr ? CallMethod(protocol, "get_buffer", size) : nullptr;
+    Py_XDECREF(size);
+    if (buf == nullptr) {
+      Py_DECREF(protocol);
+      Fatal(PyErr_GetRaisedException(), "Fatal error: protocol.get_buffer() call failed.");
+      return;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0) {
+      Py_DECREF(buf);
+      Py_DECREF(protocol);
+      Fatal(PyErr_GetRaisedException(), "Fatal error: protocol.get_buffer() call failed.");
+      return;
+    }
+    if (view.len == 0) {
+      PyBuffer_Release(&view);
+      Py_DECREF(buf);
+      Py_DECREF(protocol);
+      PyErr_SetString(PyExc_RuntimeError, "get_buffer() returned an empty buffer");
+      Fatal(PyErr_GetRaisedException(), "Fatal error: protocol.get_buffer() call failed.");
+      return;
+    }
+    wanted = static_cast<std::size_t>(view.len);
+    do {
+      n = recv(fd_, view.buf, wanted, 0);
+    } while (n < 0 && errno == EINTR);
+    const int err = errno;
+    PyBuffer_Release(&view);
+    Py_DECREF(buf);
+    errno = err;
+    if (n > 0) {
+      PyObject* nbytes = PyLong_FromSsize_t(n);
+      res = nbytes != nullptr ? CallMethod(protocol, "buffer_updated", nbytes) : nullptr;
+      Py_XDECREF(nbytes);
+      failure = "Fatal error: protocol.buffer_updated() call failed.";
+    }
+  } else {
+    // One reused buffer per worker: data_received gets a bytes copy of
+    // just what arrived.
+    thread_local std::unique_ptr<char[]> buffer(new char[kReadSize]);
+    wanted = kReadSize;
+    do {
+      n = recv(fd_, buffer.get(), wanted, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+      PyObject* data = PyBytes_FromStringAndSize(buffer.get(), n);
+      res = data != nullptr ? CallMethod(protocol, "data_received", data) : nullptr;
+      Py_XDECREF(data);
+      failure = "Fatal error: protocol.data_received() call failed.";
+    }
+  }
+  if (n < 0) {
+    const int err = errno;
+    Py_DECREF(protocol);
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+      if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
+      return;
+    }
+    PyObject* exc = OsErrorFromErrno(err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    Fatal(exc, "Fatal read error on socket transport");
+    return;
+  }
+  if (n == 0) {
+    eof_seen_ = true;
+    if (GetDebug(loop_)) {
+      PyObject* r = PyObject_CallMethod(logger, "debug", "sO", "%r received EOF", transport_);
+      Py_XDECREF(r);
+      PyErr_Clear();
+    }
+    PyObject* keep_open = CallMethod(protocol, "eof_received");
+    Py_DECREF(protocol);
+    if (keep_open == nullptr) {
+      Fatal(PyErr_GetRaisedException(), "Fatal error: protocol.eof_received() call failed.");
+      return;
+    }
+    const int keep = PyObject_IsTrue(keep_open);
+    Py_DECREF(keep_open);
+    if (keep < 0) PyErr_Clear();
+    if (keep <= 0) Close();
+    return;
+  }
+  Py_DECREF(protocol);
+  if (res == nullptr) {
+    PyObject* exc = PyErr_GetRaisedException();
+    if (IsExitException(exc)) {
+      LoopRaiseInRunner(loop_, exc);
+      return;
+    }
+    Fatal(exc, failure);
+    return;
+  }
+  Py_DECREF(res);
+  if (static_cast<std::size_t>(n) < wanted) {
+    // A short read drained the socket: forget the readiness we saw (a newer
+    // event keeps it) and arm.
+    driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+    if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
+  } else {
+    Wake(rt_task::ScheduleKind::kYield);  // More may wait; others go first.
+  }
+}
+
+void Conn::AfterLost() {
+  if (attached_) {
+    PyObject* r = CallMethod(server_, "_detach", transport_);
+    if (r == nullptr) PyErr_WriteUnraisable(server_);
+    Py_XDECREF(r);
+  }
+  PyObject* writable;
+  {
+    PyMutexGuard lock(mu_);
+    writable = std::exchange(writable_waiter_, nullptr);
+  }
+  if (writable != nullptr) {
+    PyObject* closed = PyObject_CallFunction(PyExc_ConnectionError, "s",
+                                             "Connection closed by peer");
+    if (closed == nullptr) PyErr_Clear();
+    ResolveWaiter(&writable, closed);
+    Py_XDECREF(closed);
+  }
+  Py_CLEAR(server_);
+  Py_CLEAR(factory_);
+}
+
+// --- SocketTransport ---------------------------------------------------------------
+
+Conn* ConnOf(PyObject* self) { return static_cast<Conn*>(UnitOf(self)); }
+
+// Views a bytes-like object as stdlib's transports accept it.
+int GetData(PyObject* data, Py_buffer* view) {
+  if (!PyBytes_Check(data) && !PyByteArray_Check(data) && !PyMemoryView_Check(data)) {
+    // The running stdlib's words (3.14 reworded them).
+#if PY_VERSION_HEX >= 0x030E0000
+    PyErr_Format(PyExc_TypeError,
+                 "data argument must be a bytes, bytearray, or memoryview "
+                 "object, not '%s'",
+                 Py_TYPE(data)->tp_name);
+#else
+    PyErr_Format(PyExc_TypeError, "data argument must be a bytes-like object, not '%s'",
+                 Py_TYPE(data)->tp_name);
+#endif
+    return -1;
+  }
+  return PyObject_GetBuffer(data, view, PyBUF_SIMPLE);
+}
+
+// What write()/writelines() do with their data once it is viewed.
+PyObject* WriteViews(PyObject* self, Py_buffer* views, std::size_t count,
+                     const char* method) {
+  Conn* c = ConnOf(self);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) total += static_cast<std::size_t>(views[i].len);
+  int err = 0;
+  bool after_eof = false;
+  bool warn = false;
+  bool wake = false;
+  bool pause = false;
+  bool in_sendfile = false;
+  {
+    PyMutexGuard lock(c->mu_);
+    if (c->eof_requested_) {
+      after_eof = true;
+    } else if (c->sendfile_active_) {
+      in_sendfile = true;
+    } else if (total == 0) {
+      // Nothing to do.
+    } else if (c->conn_lost_ > 0) {
+      warn = c->conn_lost_ >= kLogConnLostWrites;
+      ++c->conn_lost_;
+    } else {
+      const bool was_empty = c->wbuf_.empty();
+      std::size_t skip = 0;
+      if (was_empty && !c->lost_pending_) {
+        // Nothing queued: try the socket first, buffer only what is left.
+        iovec iov[64];
+        std::size_t n = std::min<std::size_t>(count, 64);
+        for (std::size_t i = 0; i < n; ++i) {
+          iov[i].iov_base = views[i].buf;
+          iov[i].iov_len = static_cast<std::size_t>(views[i].len);
+        }
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = n;
+        ssize_t sent;
+        do {
+          sent = sendmsg(c->fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        } while (sent < 0 && errno == EINTR);
+        if (sent >= 0) {
+          skip = static_cast<std::size_t>(sent);
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          err = errno;
+        }
+      }
+      if (err == 0) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const auto len = static_cast<std::size_t>(views[i].len);
+          if (skip >= len) {
+            skip -= len;
+            continue;
+          }
+          c->wbuf_.Append(static_cast<const char*>(views[i].buf) + skip, len - skip);
+          skip = 0;
+        }
+        wake = was_empty && !c->wbuf_.empty();
+        if (!c->want_paused_ && c->wbuf_.size() > c->high_water_) {
+          c->want_paused_ = true;
+          pause = true;
+        }
+      }
+    }
+  }
+  if (after_eof) {
+    PyErr_Format(PyExc_RuntimeError, "Cannot call %s() after write_eof()", method);
+    return nullptr;
+  }
+  if (in_sendfile) {
+    PyErr_SetString(PyExc_RuntimeError, "unable to write; sendfile is in progress");
+    return nullptr;
+  }
+  if (warn) {
+    PyObject* r = PyObject_CallMethod(logger, "warning", "s", "socket.send() raised exception.");
+    Py_XDECREF(r);
+    PyErr_Clear();
+  }
+  if (err != 0) {
+    PyObject* exc = OsErrorFromErrno(err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    c->Fatal(exc, "Fatal write error on socket transport", self);
+    Py_RETURN_NONE;
+  }
+  // The unit flushes what is buffered (arming for writability).
+  if (wake) c->Wake();
+  if (pause) {
+    if (c->OnMyStrand()) {
+      c->SyncPause();  // As stdlib: pause_writing() before write() returns.
+    } else if (!wake) {
+      c->Wake();  // The unit delivers it, in order with its callbacks.
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_write(PyObject* self, PyObject* data) {
+  Py_buffer view;
+  if (GetData(data, &view) < 0) return nullptr;
+  PyObject* res = WriteViews(self, &view, 1, "write");
+  PyBuffer_Release(&view);
+  return res;
+}
+
+PyObject* Transport_writelines(PyObject* self, PyObject* list_of_data) {
+  PyObject* seq = PySequence_Fast(list_of_data, "writelines() argument must be iterable");
+  if (seq == nullptr) return nullptr;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  std::vector<Py_buffer> views(static_cast<std::size_t>(n));
+  Py_ssize_t got = 0;
+  PyObject* res = nullptr;
+  for (; got < n; ++got) {
+    if (GetData(PySequence_Fast_GET_ITEM(seq, got), &views[got]) < 0) break;
+  }
+  if (got == n) res = WriteViews(self, views.data(), views.size(), "writelines");
+  for (Py_ssize_t i = 0; i < got; ++i) PyBuffer_Release(&views[i]);
+  Py_DECREF(seq);
+  return res;
+}
+
+PyObject* Transport_write_eof(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  bool shut_now = false;
+  {
+    PyMutexGuard lock(c->mu_);
+    if (c->closing_ || c->eof_requested_) Py_RETURN_NONE;
+    c->eof_requested_ = true;
+    shut_now = c->wbuf_.empty();
+  }
+  if (shut_now && shutdown(c->fd_, SHUT_WR) != 0 && errno != ENOTCONN) {
+    return PyErr_SetFromErrno(PyExc_OSError);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_can_write_eof(PyObject*, PyObject*) { Py_RETURN_TRUE; }
+
+
+
+
+
+PyObject* Transport_is_reading(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  PyMutexGuard lock(c->mu_);
+  return PyBool_FromLong(!c->closing_ && !c->reading_paused_);
+}
+
+PyObject* Transport_pause_reading(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  PyMutexGuard lock(c->mu_);
+  if (!c->closing_) c->reading_paused_ = true;
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_resume_reading(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  {
+    PyMutexGuard lock(c->mu_);
+    if (c->closing_ || !c->reading_paused_) Py_RETURN_NONE;
+    c->reading_paused_ = false;
+  }
+  c->Wake();
+  Py_RETURN_NONE;
+}
+
+
+PyObject* Transport_set_protocol(PyObject* self, PyObject* protocol) {
+  const int buffered = PyObject_IsInstance(protocol, buffered_protocol_type);
+  if (buffered < 0) return nullptr;
+  Conn* c = ConnOf(self);
+  PyObject* old;
+  {
+    PyMutexGuard lock(c->mu_);
+    old = std::exchange(c->protocol_, Py_NewRef(protocol));
+    c->buffered_ = buffered > 0;
+  }
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
+}
+
+
+
+
+
+// _call_serialized(callback, *args): callback(*args) now if the caller runs
+// on this connection's strand (or an ancestor of it) and no earlier call
+// is still queued (returning its result), else soon on the strand, after
+// the calls queued before it (returning None), in the caller's context.
+// What wraps a connection in more protocol state (TLS) uses it so that its
+// own methods are as safe from any thread as write() is, and keep the
+// order they were called in.
+PyObject* Transport_call_serialized(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "_call_serialized(callback, *args)");
+    return nullptr;
+  }
+  Conn* c = ConnOf(self);
+  if (c->strand_ == nullptr ||
+      (c->OnMyStrand() && c->serialized_pending_.load(std::memory_order_acquire) == 0)) {
+    return PyObject_Vectorcall(args[0], args + 1, static_cast<std::size_t>(nargs - 1), nullptr);
+  }
+  PyObject* run = PyObject_GetAttrString(self, "_run_serialized");
+  if (run == nullptr) return nullptr;
+  PyObject* rest = PyTuple_New(nargs);
+  if (rest == nullptr) {
+    Py_DECREF(run);
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) PyTuple_SET_ITEM(rest, i, Py_NewRef(args[i]));
+  PyObject* ctx = PyContext_CopyCurrent();
+  PyObject* handle = ctx != nullptr ? LoopNewHandle(c->loop_, run, rest, ctx) : nullptr;
+  Py_DECREF(run);
+  Py_DECREF(rest);
+  Py_XDECREF(ctx);
+  if (handle == nullptr) return nullptr;
+  c->serialized_pending_.fetch_add(1, std::memory_order_acq_rel);
+  LoopScheduleHandle(c->loop_, handle, c->strand_);
+  Py_DECREF(handle);
+  Py_RETURN_NONE;
+}
+
+// _run_serialized(callback, *args): a queued _call_serialized() call, run
+// on the strand. It stops counting as pending before it runs, so that what
+// it calls on this transport runs inline.
+PyObject* Transport_run_serialized(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "_run_serialized(callback, *args)");
+    return nullptr;
+  }
+  ConnOf(self)->serialized_pending_.fetch_sub(1, std::memory_order_acq_rel);
+  return PyObject_Vectorcall(args[0], args + 1, static_cast<std::size_t>(nargs - 1), nullptr);
+}
+
+// _sendfile_begin() / _sendfile_end(): loop.sendfile()'s native path owns
+// the socket in between (write() refuses).
+PyObject* Transport_sendfile_begin(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  bool closing, busy;
+  {
+    PyMutexGuard lock(c->mu_);
+    closing = c->closing_;
+    busy = c->sendfile_active_;
+    if (!closing && !busy) c->sendfile_active_ = true;
+  }
+  if (closing) {
+    PyErr_SetString(PyExc_RuntimeError, "Transport is closing");
+    return nullptr;
+  }
+  if (busy) {
+    PyErr_SetString(PyExc_RuntimeError, "sendfile is in progress");
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* Transport_sendfile_end(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  PyMutexGuard lock(c->mu_);
+  c->sendfile_active_ = false;
+  Py_RETURN_NONE;
+}
+
+// _wait_writable() -> a future resolved when the write buffer is empty and
+// the socket takes more (ConnectionError if the connection goes first).
+PyObject* Transport_wait_writable(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  PyObject* fut = CallMethod(c->loop_, "create_future");
+  if (fut == nullptr) return nullptr;
+  PyObject* previous;
+  {
+    PyMutexGuard lock(c->mu_);
+    previous = std::exchange(c->writable_waiter_, Py_NewRef(fut));
+  }
+  if (previous != nullptr) {
+    PyObject* r = CallMethod(previous, "cancel");
+    Py_XDECREF(r);
+    PyErr_Clear();
+    Py_DECREF(previous);
+  }
+  c->Wake();
+  return fut;
+}
+
+PyObject* Transport_start_tls_compatible(PyObject*, void*) { Py_RETURN_TRUE; }
+
+// Whether the protocol is (or is about to be) paused for writing; what a
+// sendfile fallback swapping protocols must hand back.
+PyObject* Transport_protocol_paused(PyObject* self, void*) {
+  Conn* c = ConnOf(self);
+  PyMutexGuard lock(c->mu_);
+  return PyBool_FromLong(c->want_paused_);
+}
+
+PyGetSetDef transport_getset[] = {
+    {"_start_tls_compatible", Transport_start_tls_compatible, nullptr, nullptr, nullptr},
+    {"_protocol_paused", Transport_protocol_paused, nullptr, nullptr, nullptr},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyObject* Transport_repr(PyObject* self) {
+  Conn* c = ConnOf(self);
+  bool closing, lost, paused;
+  std::size_t size;
+  {
+    PyMutexGuard lock(c->mu_);
+    closing = c->closing_;
+    lost = c->conn_lost_ > 0 && c->lost_.load(std::memory_order_relaxed);
+    paused = c->reading_paused_;
+    size = c->wbuf_.size();
+  }
+  std::string state = lost ? " closed" : closing ? " closing" : "";
+  return PyUnicode_FromFormat("<%s%s fd=%d read=%s write=<%s, bufsize=%zu>>",
+                              Py_TYPE(self)->tp_name, state.c_str(), c->fd_,
+                              lost || closing ? "idle" : paused ? "paused" : "polling",
+                              size > 0 ? "polling" : "idle", size);
+}
+
+PyMethodDef transport_methods[] = {
+    {"write", Transport_write, METH_O, "Write bytes-like data (any thread)."},
+    {"writelines", Transport_writelines, METH_O, "Write a list of bytes-like objects."},
+    {"write_eof", Transport_write_eof, METH_NOARGS,
+     "Close the write end after the buffer is flushed."},
+    {"can_write_eof", Transport_can_write_eof, METH_NOARGS, "True."},
+    {"is_reading", Transport_is_reading, METH_NOARGS, nullptr},
+    {"pause_reading", Transport_pause_reading, METH_NOARGS, nullptr},
+    {"resume_reading", Transport_resume_reading, METH_NOARGS, nullptr},
+    {"set_protocol", Transport_set_protocol, METH_O, nullptr},
+    {"_sendfile_begin", Transport_sendfile_begin, METH_NOARGS, nullptr},
+    {"_sendfile_end", Transport_sendfile_end, METH_NOARGS, nullptr},
+    {"_wait_writable", Transport_wait_writable, METH_NOARGS, nullptr},
+    {"_call_serialized",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_call_serialized)),
+     METH_FASTCALL, "Run a callable on this connection's strand."},
+    {"_run_serialized",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_run_serialized)),
+     METH_FASTCALL, "A queued _call_serialized() call (the strand's side)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+
+PyObject* Transport_new_refused(PyTypeObject*, PyObject*, PyObject*) {
+  PyErr_SetString(PyExc_TypeError,
+                  "SocketTransport objects are made by the loop "
+                  "(create_connection, create_server, ...)");
+  return nullptr;
+}
+
+PyType_Slot transport_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(Unit_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Unit_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(Unit_clear)},
+    {Py_tp_repr, reinterpret_cast<void*>(Transport_repr)},
+    {Py_tp_methods, nullptr},  // WithUnitMethods(transport_methods), at registration.
+    {Py_tp_members, unit_members},
+    {Py_tp_getset, transport_getset},
+    {Py_tp_new, reinterpret_cast<void*>(Transport_new_refused)},
+    {Py_tp_doc, const_cast<char*>(
+                    "A stream socket's transport on the parallel loop: one "
+                    "connection's protocol callbacks run in order, never at "
+                    "once; write() is safe from any thread.")},
+    {0, nullptr},
+};
+
+PyType_Spec transport_spec = {
+    "mt_asyncio._core.SocketTransport",
+    sizeof(UnitObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_MANAGED_DICT,
+    transport_slots,
+};
+
+// A transport object around a new connection unit for `sock` (which the
+// unit owns from now on), its callbacks in a copy of `base_context` (or of
+// the caller's). New reference or nullptr.
+PyObject* NewTransport(PyObject* loop, PyObject* sock, Conn** out,
+                       PyObject* base_context = nullptr) {
+  const int fd = SocketFd(sock);
+  if (fd < 0) return nullptr;
+  auto* t = PyObject_GC_New(UnitObject, transport_type);
+  if (t == nullptr) return nullptr;
+  t->base_extra = nullptr;
+  t->weakreflist = nullptr;
+  auto* conn = new Conn(loop, sock, fd, base_context);
+  t->unit = conn;
+  conn->transport_ = Py_NewRef(reinterpret_cast<PyObject*>(t));
+  PyObject_GC_Track(t);
+  *out = conn;
+  return reinterpret_cast<PyObject*>(t);
+}
+
+void SetNoDelay(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
+  if (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) return;
+  int type = 0;
+  socklen_t tlen = sizeof(type);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM) return;
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// _make_socket_transport(loop, sock, protocol, waiter, extra, server)
+//
+// A client-side (or connect_accepted_socket) connection. It runs on the
+// calling strand if there is one; otherwise on a new strand that the
+// calling task joins, so the task that reads what the protocol is fed
+// never runs at the same time as the protocol's callbacks.
+PyObject* MakeSocketTransport(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6 || !IsLoop(args[0])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "_make_socket_transport(loop, sock, protocol, waiter, extra, server)");
+    return nullptr;
+  }
+  PyObject* loop = args[0];
+  PyObject* sock = args[1];
+  PyObject* protocol = args[2];
+  const int buffered = PyObject_IsInstance(protocol, buffered_protocol_type);
+  if (buffered < 0) return nullptr;
+  PyObject* extra = MakeExtra(sock, args[4]);
+  if (extra == nullptr) return nullptr;
+  Conn* c;
+  PyObject* transport = NewTransport(loop, sock, &c);
+  if (transport == nullptr) {
+    Py_DECREF(extra);
+    return nullptr;
+  }
+  c->extra_ = extra;
+  c->protocol_ = Py_NewRef(protocol);
+  c->buffered_ = buffered > 0;
+  if (args[3] != Py_None) c->waiter_ = Py_NewRef(args[3]);
+  if (args[5] != Py_None) c->server_ = Py_NewRef(args[5]);
+  c->io_ = FdTableRegisterTransport(loop, c->fd_, transport, c);
+  if (c->io_ == nullptr) {
+    // Never started: break the unit's hold on the object by hand.
+    c->lost_.store(true);
+    Py_CLEAR(c->transport_);
+    Py_DECREF(transport);
+    return nullptr;
+  }
+  SetNoDelay(c->fd_);
+  Strand* strand = NewConnectionStrand(loop);
+  c->set_executor(strand);
+  c->strand_ = strand;
+  strand->Unref();  // The unit holds it.
+  c->Ref();  // The wake's; LoopWake takes its own if it defers.
+  LoopWake(loop, c);
+  c->Unref();
+  return transport;
+}
+
+// --- _Listener: the accept loop --------------------------------------------------
+
+struct ListenerObject;
+
+class Acceptor final : public rt_task::Task {
+ public:
+  Acceptor(PyObject* loop, PyObject* sock, PyObject* factory, PyObject* server, int fd,
+           int family, int type, int proto, int backlog)
+      : Task(/*scheduled=*/false),
+        loop_(Py_NewRef(loop)),
+        sock_(Py_NewRef(sock)),
+        factory_(Py_NewRef(factory)),
+        server_(Py_NewRef(server)),
+        fd_(fd),
+        family_(family),
+        type_(type),
+        proto_(proto),
+        backlog_(std::clamp(backlog, 1, kMaxAcceptsPerPoll)),
+        context_(PyContext_CopyCurrent()) {
+    if (context_ == nullptr) PyErr_Clear();
+    ClaimForLoop(loop, this);
+  }
+  ~Acceptor() override {
+    if (owner_ != nullptr) owner_->Unref();
+    DecRefAnyThread(context_);
+    DecRefAnyThread(loop_);
+    DecRefAnyThread(sock_);
+    DecRefAnyThread(factory_);
+    DecRefAnyThread(server_);
+  }
+  bool Poll() override;
+
+  PyObject* const loop_;
+  PyObject* const sock_;
+  PyObject* const factory_;
+  PyObject* const server_;
+  const int fd_;
+  const int family_, type_, proto_;
+  const int backlog_;
+  // The context current when serving started: each connection's callbacks
+  // run in a copy of it, as stdlib's accept handler (an add_reader made
+  // then) passes its copy on to the connection's handles and tasks.
+  PyObject* const context_;
+  io::ScheduledIo* io_ = nullptr;
+  // The strand of the task that started serving (one reference, or
+  // nullptr): accepted connections are its children.
+  Strand* owner_ = nullptr;
+  std::atomic<bool> closed_{false};
+  // Held from accept() until the connection is attached to its server,
+  // and by close: once close has it, every connection accepted so far is
+  // attached (so server.close() and wait_closed() count it) and no more
+  // are accepted. A PyMutex: a thread that waits for it detaches from the
+  // interpreter, so a stop-the-world pause cannot deadlock on it.
+  PyMutex accept_mu_{};
+  // Wakes the acceptor a second after accept() ran out of descriptors.
+  runtime::time::TimerEntry retry_;
+  std::chrono::steady_clock::time_point retry_at_{};  // Only the unit.
+
+  // accept4() once; the connection it returns is attached and started.
+  // Returns 0, or accept4()'s errno. Under accept_mu_.
+  int AcceptOne();
+
+ private:
+  void StartConnection(int fd);
+};
+
+int Acceptor::AcceptOne() {
+  const int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) return errno;
+  StartConnection(fd);
+  return 0;
+}
+
+void Acceptor::StartConnection(int fd) {
+  PyObject* sock = PyObject_CallFunction(socket_type, "iiii", family_, type_ | SOCK_NONBLOCK,
+                                         proto_, fd);
+  if (sock == nullptr) {
+    close(fd);
+    ReportToLoop(loop_, "Error on transport creation for incoming connection",
+                 PyErr_GetRaisedException(), {});
+    return;
+  }
+  SetNoDelay(fd);
+  Conn* c;
+  PyObject* transport = NewTransport(loop_, sock, &c, context_);
+  if (transport == nullptr) {
+    PyObject* r = CallMethod(sock, "close");
+    Py_XDECREF(r);
+    Py_DECREF(sock);
+    ReportToLoop(loop_, "Error on transport creation for incoming connection",
+                 PyErr_GetRaisedException(), {});
+    return;
+  }
+  c->extra_ = MakeExtra(sock, nullptr);
+  if (c->extra_ == nullptr) PyErr_Clear();
+  Py_DECREF(sock);
+  c->factory_ = Py_NewRef(factory_);
+  c->server_ = Py_NewRef(server_);
+  // Attached now, as stdlib's transports attach when they are made: a
+  // server closed from here on waits for this connection too.
+  PyObject* attached = CallMethod(server_, "_attach", transport);
+  if (attached == nullptr) PyErr_WriteUnraisable(server_);
+  Py_XDECREF(attached);
+  c->attached_ = true;
+  // A strand of its own under the server's owner, queued on this worker:
+  // idle workers steal it, so connections from one listening socket spread
+  // over every worker.
+  Strand* strand = Strand::Create(LoopRuntime(loop_).executor(), owner_);
+  ClaimForLoop(loop_, strand);
+  c->set_executor(strand);
+  c->strand_ = strand;
+  strand->Unref();
+  c->Ref();
+  LoopWake(loop_, c);
+  c->Unref();
+  Py_DECREF(transport);  // The unit holds it until connection_lost.
+}
+
+bool Acceptor::Poll() {
+  if (closed_.load(std::memory_order_acquire)) return true;
+  if (LoopDeferIfStopped(loop_, this)) return false;
+  // Backing off after running out of descriptors: the retry timer wakes us.
+  if (std::chrono::steady_clock::now() < retry_at_) return false;
+  if (LoopEnterOnWorker(loop_) < 0) PyErr_WriteUnraisable(loop_);
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kRead, this);
+  if (!ready) return false;
+  for (int i = 0; i < backlog_; ++i) {
+    int err;
+    {
+      PyMutexGuard lock(accept_mu_);
+      if (closed_.load(std::memory_order_acquire)) return true;
+      err = AcceptOne();
+    }
+    if (err == 0) continue;
+    if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+      if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
+      return false;
+    }
+    PyObject* exc = OsErrorFromErrno(err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    PyObject* ts = PyObject_CallOneArg(transport_socket_type, sock_);
+    if (ts == nullptr) PyErr_Clear();
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+      // Out of descriptors or memory: report, and try again in a second
+      // (stdlib's ACCEPT_RETRY_DELAY) rather than spin.
+      ReportToLoop(loop_, "socket.accept() out of system resource", exc, {{"socket", ts}});
+      Py_XDECREF(ts);
+      retry_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      LoopRuntime(loop_).driver().timers().Arm(&retry_, retry_at_, this);
+      return false;
+    }
+    ReportToLoop(loop_, "Error on accepting a connection", exc, {{"socket", ts}});
+    Py_XDECREF(ts);
+    return false;
+  }
+  Wake(rt_task::ScheduleKind::kYield);  // More may wait; others go first.
+  return false;
+}
+
+struct ListenerObject {
+  PyObject_HEAD
+  Acceptor* acceptor;  // One reference; nullptr once closed.
+};
+
+int Listener_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  return 0;
+}
+
+// `accept_pending`: if the reactor has told the acceptor that connections
+// wait and it has not taken them yet, take them first (up to a poll's
+// worth). A one-thread loop runs its accept callback in the iteration that
+// learns of the connection, before the steps that follow (the peer's own,
+// when it is a client on the same loop, which may have connected, written
+// and closed by now): here the acceptor may still wait for a busy worker,
+// and closing the socket under those connections would reset them. What
+// the loop has not been told of yet is left to the close, as on stdlib's.
+void CloseAcceptor(ListenerObject* l, bool accept_pending = false) {
+  Acceptor* a = std::exchange(l->acceptor, nullptr);
+  if (a == nullptr) return;
+  {
+    PyMutexGuard lock(a->accept_mu_);  // Lets an accept in progress attach first.
+    accept_pending = accept_pending && a->io_ != nullptr &&
+                     (a->io_->readiness() & io::kReadable) != 0;
+    for (int i = 0; accept_pending && i < a->backlog_; ++i) {
+      const int err = a->AcceptOne();
+      if (err != 0 && err != EINTR && err != ECONNABORTED && err != EPROTO) {
+        break;  // Nothing more waits (EAGAIN), or accept() fails: close as is.
+      }
+    }
+    a->closed_.store(true, std::memory_order_release);
+  }
+  if (a->io_ != nullptr) FdTableUnregisterTransport(a->loop_, a->fd_);
+  LoopRuntime(a->loop_).driver().timers().Cancel(&a->retry_);
+  a->Cancel();
+  a->Unref();
+}
+
+void Listener_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  CloseAcceptor(reinterpret_cast<ListenerObject*>(self));
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+// _Listener(loop, sock, protocol_factory, server, backlog): accepts on
+// `sock` (listening, non-blocking) until close(); each connection gets
+// protocol_factory() and a transport, and server._attach/_detach.
+PyObject* Listener_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  PyObject *loop, *sock, *factory, *server;
+  int backlog;
+  if (!PyArg_ParseTuple(args, "OOOOi:_Listener", &loop, &sock, &factory, &server, &backlog)) {
+    return nullptr;
+  }
+  if (!IsLoop(loop)) {
+    PyErr_SetString(PyExc_TypeError, "_Listener needs an mt_asyncio loop");
+    return nullptr;
+  }
+  int values[4];
+  const char* names[] = {"fileno", "family", "type", "proto"};
+  for (int i = 0; i < 4; ++i) {
+    PyObject* v = i == 0 ? CallMethod(sock, names[i]) : PyObject_GetAttrString(sock, names[i]);
+    if (v == nullptr) return nullptr;
+    values[i] = PyLong_AsInt(v);
+    Py_DECREF(v);
+    if (values[i] == -1 && PyErr_Occurred()) return nullptr;
+  }
+  auto* self = reinterpret_cast<ListenerObject*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  auto* a = new Acceptor(loop, sock, factory, server, values[0], values[1], values[2],
+                         values[3], backlog);
+  a->io_ = FdTableRegisterTransport(loop, values[0], server, a);
+  if (a->io_ == nullptr) {
+    a->Unref();
+    Py_DECREF(self);
+    return nullptr;
+  }
+  a->owner_ = OwnerStrand(loop);
+  a->set_executor(LoopRuntime(loop).executor());
+  self->acceptor = a;
+  a->Ref();
+  LoopWake(loop, a);
+  a->Unref();
+  return reinterpret_cast<PyObject*>(self);
+}
+
+// close(accept_pending=False): stop accepting; see CloseAcceptor.
+PyObject* Listener_close(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs > 1) {
+    PyErr_SetString(PyExc_TypeError, "close(accept_pending=False)");
+    return nullptr;
+  }
+  const int accept_pending = nargs == 1 ? PyObject_IsTrue(args[0]) : 0;
+  if (accept_pending < 0) return nullptr;
+  CloseAcceptor(reinterpret_cast<ListenerObject*>(self), accept_pending > 0);
+  Py_RETURN_NONE;
+}
+
+// After a pause for resources: look at the socket again.
+PyObject* Listener_resume(PyObject* self, PyObject*) {
+  Acceptor* a = reinterpret_cast<ListenerObject*>(self)->acceptor;
+  if (a != nullptr) a->Wake();
+  Py_RETURN_NONE;
+}
+
+PyMethodDef listener_methods[] = {
+    {"close", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Listener_close)),
+     METH_FASTCALL,
+     "Stop accepting (the socket stays open); accept_pending: first take the "
+     "connections already established."},
+    {"resume", Listener_resume, METH_NOARGS, "Look for connections again."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyType_Slot listener_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(Listener_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(Listener_traverse)},
+    {Py_tp_new, reinterpret_cast<void*>(Listener_new)},
+    {Py_tp_methods, listener_methods},
+    {0, nullptr},
+};
+
+PyType_Spec listener_spec = {
+    "mt_asyncio._core._Listener",
+    sizeof(ListenerObject),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    listener_slots,
+};
+
+PyMethodDef module_methods[] = {
+    {"_make_socket_transport",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(MakeSocketTransport)),
+     METH_FASTCALL, "A transport for a connected stream socket."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+int RegisterTransportTypes(PyObject* module) {
+  if (Init() < 0) return -1;
+  for (PyType_Slot& slot : transport_slots) {
+    if (slot.slot == Py_tp_methods) slot.pfunc = WithUnitMethods(transport_methods);
+  }
+  transport_type = MakeUnitType(module, &transport_spec, {"Transport"});
+  listener_type = reinterpret_cast<PyTypeObject*>(
+      PyType_FromModuleAndSpec(module, &listener_spec, nullptr));
+  if (transport_type == nullptr || listener_type == nullptr) return -1;
+  if (PyModule_AddObjectRef(module, "SocketTransport",
+                            reinterpret_cast<PyObject*>(transport_type)) < 0 ||
+      PyModule_AddObjectRef(module, "_Listener", reinterpret_cast<PyObject*>(listener_type)) <
+          0) {
+    return -1;
+  }
+  return PyModule_AddFunctions(module, module_methods);
+}
+
+}  // namespace mt::pyext
