@@ -3,9 +3,11 @@
 
 #include <Python.h>
 
+#include "runtime/scheduler/strand.h"
+
 namespace mt::pyext {
 
-// mt_asyncio._core.SocketTransport and the accept loop behind servers.
+// mt_asyncio._core.SocketTransport: a stream socket's transport.
 //
 // Execution model. Each connection is a runtime Strand (a serial executor,
 // runtime/scheduler/strand.h) and one unit on it, the connection unit,
@@ -22,13 +24,22 @@ namespace mt::pyext {
 //
 // write() is safe from any thread: it sends at once when nothing is
 // buffered and buffers only what the socket did not take; the connection
-// unit flushes the rest. Accepted connections are spread over the workers
-// by the scheduler (each starts as a new strand queued on the accepting
-// worker, which idle workers steal from), so one listening socket serves
-// every core.
+// unit flushes the rest.
 //
-// Adds SocketTransport, _make_socket_transport and _Listener. 0 or -1.
+// Adds SocketTransport and _make_socket_transport. 0 or -1.
 int RegisterTransportTypes(PyObject* module);
+
+// For the listener (listener.h): a transport around the accepted `sock`
+// (borrowed; the transport owns the socket from here on), whose protocol
+// `factory` makes when it starts, attached to `server` (server._attach)
+// and started on a new strand, a child of `owner` (or none), its callbacks
+// in a copy of `context`. Connections spread over the workers this way:
+// each starts as a new strand queued on the accepting worker, which idle
+// workers steal from, so one listening socket serves every core.
+// 0, or -1 with an error set and nothing made (the caller closes `sock`).
+int StartAcceptedTransport(PyObject* loop, PyObject* sock, PyObject* factory,
+                           PyObject* server, PyObject* context,
+                           runtime::scheduler::Strand* owner);
 
 }  // namespace mt::pyext
 

@@ -1,5 +1,9 @@
 #include "pyext/src/net/transport_util.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <cstring>
 
 #include "pyext/src/loop/loop.h"
@@ -128,6 +132,18 @@ int SocketFd(PyObject* sock) {
     return -1;
   }
   return fd;
+}
+
+void SetNoDelay(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
+  if (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) return;
+  int type = 0;
+  socklen_t tlen = sizeof(type);
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM) return;
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 int ParseWriteBufferLimits(PyObject* args, PyObject* kwds, std::size_t default_high,

@@ -38,6 +38,9 @@ PyObject* CallMethod(PyObject* obj, const char* name, PyObject* arg = nullptr);
 PyObject* MakeExtra(PyObject* sock, PyObject* extra);
 // The fd of a Python socket object, or -1 with an error.
 int SocketFd(PyObject* sock);
+// TCP_NODELAY on a TCP stream socket, as stdlib sets it on every
+// transport's socket; other sockets are left as they are.
+void SetNoDelay(int fd);
 
 // set_write_buffer_limits(high=None, low=None) by stdlib's rules: high
 // defaults to `default_high` (or 4 * low), low to high // 4, and
