@@ -91,8 +91,10 @@ def build(args):
     dist = f"mt_asyncio-{args.version}"
     entries = []  # (name in wheel, bytes, executable)
     for src in args.py:
+        # Kept at its place below the package folder (mt_asyncio/_loop/...).
+        inside = src.replace(os.sep, "/").rsplit("mt_asyncio/", 1)[1]
         with open(src, "rb") as f:
-            entries.append((f"mt_asyncio/{os.path.basename(src)}", f.read(), False))
+            entries.append((f"mt_asyncio/{inside}", f.read(), False))
     for dest, src in args.file:
         with open(src, "rb") as f:
             entries.append((dest, f.read(), True))
@@ -136,7 +138,7 @@ def main():
     parser.add_argument("--version", required=True)
     parser.add_argument("--tag", required=True, help="e.g. cp314-cp314t-linux_x86_64")
     parser.add_argument("--readme", required=True)
-    parser.add_argument("--py", nargs="+", default=[], help="package .py files")
+    parser.add_argument("--py", nargs="+", default=[], help="the package's files (.py, .pyi, py.typed), under mt_asyncio/")
     parser.add_argument("--file", type=_pair, action="append", default=[],
                         help="DEST=SRC: an executable file placed at DEST in the wheel")
     build(parser.parse_args())

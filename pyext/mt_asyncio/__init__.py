@@ -73,8 +73,8 @@ def runtime(threads=None, *, context=False, blocking_threadpool_size=128,
     """
     if not isinstance(context, bool):
         raise TypeError(f"context must be a bool, not {type(context).__name__}")
-    from . import _signals
-    wanted = _signals.parse(signals)
+    from . import _shutdown_signals
+    wanted = _shutdown_signals.parse(signals)
     for name, value in (("blocking_threadpool_size", blocking_threadpool_size),
                         ("blocking_threadpool_idle_ttl", blocking_threadpool_idle_ttl)):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -101,7 +101,7 @@ def runtime(threads=None, *, context=False, blocking_threadpool_size=128,
             # Live changes go the control plane's way.
             _admin.call("SetBlockingPool", max_threads=blocking_threadpool_size,
                         idle_ttl_seconds=ttl)
-    _signals.listen(wanted)
+    _shutdown_signals.listen(wanted)
 
 
 def _configure_threads(threads):

@@ -22,12 +22,12 @@ import weakref
 from asyncio import coroutines, events, futures
 
 from . import _admin, _core, tasks
-from .connections import ConnectionMethods
-from .sendfile import SendfileMethods
-from .pipes import PipeMethods
-from .sockets import SocketMethods
-from .subprocesses import SubprocessMethods
-from .unix_signals import SignalMethods
+from ._loop.connections import ConnectionMethods
+from ._loop.pipes import PipeMethods
+from ._loop.processes import SubprocessMethods
+from ._loop.sendfile import SendfileMethods
+from ._loop.signals import SignalMethods
+from ._loop.sockets import SocketMethods
 
 __all__ = ["EventLoop", "new_event_loop"]
 

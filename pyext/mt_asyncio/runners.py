@@ -14,7 +14,7 @@ from asyncio import constants, coroutines, events, exceptions
 
 from . import _core, base_events, tasks
 from .base_events import _serial_tasks
-from . import servers as servers_module
+from ._loop import servers as servers_module
 
 __all__ = ["Runner", "run"]
 

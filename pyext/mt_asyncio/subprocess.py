@@ -2,7 +2,7 @@
 create_subprocess_exec()/create_subprocess_shell().
 
 A Process's streams are asyncio's StreamReader/StreamWriter, fed by the
-child's pipe transports on the child's strand (subprocesses.py); the task
+child's pipe transports on the child's strand (_loop/processes.py); the task
 that started the child, and the tasks it starts (communicate()'s readers),
 exclude that strand while they run, so they see the streams as on a
 one-thread loop.

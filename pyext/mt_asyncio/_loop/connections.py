@@ -17,7 +17,7 @@ from asyncio import streams
 from asyncio.exceptions import InvalidStateError
 from asyncio.log import logger
 
-from . import _core, locks, tasks
+from .. import _core, locks, tasks
 from .servers import Server
 from .sockets import _check_ssl_socket, _ssl
 from .tls import TLSProtocol

@@ -6,7 +6,7 @@ they schedule run one at a time, in order, on whichever worker is free,
 and the code that made the transport (a task) excludes them while it runs,
 so a protocol feeding a StreamReader and the task reading from it see each
 other as on a one-thread loop. The transports of one child process share
-one strand (subprocesses.py).
+one strand (_loop/processes.py).
 
 write() is safe from any thread: the buffer and the closing state are under
 the transport's lock; the fd is written at once when nothing waits, and the
@@ -22,7 +22,7 @@ import warnings
 
 from asyncio import transports
 
-from . import _core
+from .. import _core
 
 __all__ = ["PipeMethods", "ReadPipeTransport", "WritePipeTransport"]
 

@@ -17,7 +17,7 @@ import sys
 from asyncio import exceptions
 from contextvars import copy_context as _copy_context
 
-from . import _core
+from .. import _core
 
 __all__ = ["SocketMethods"]
 

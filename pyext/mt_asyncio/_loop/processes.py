@@ -25,7 +25,7 @@ import warnings
 
 from asyncio import transports
 
-from . import _core
+from .. import _core
 from .pipes import ReadPipeTransport, WritePipeTransport
 
 __all__ = ["SubprocessMethods", "SubprocessTransport"]

@@ -14,7 +14,8 @@ import os
 
 from asyncio import constants, exceptions, protocols
 
-from . import _core, sockets
+from .. import _core
+from . import sockets
 
 __all__ = ["SendfileMethods"]
 

@@ -31,8 +31,7 @@ import warnings
 from asyncio import coroutines, events
 from asyncio.log import logger
 
-from . import _signals
-from . import _thread_identity
+from .. import _shutdown_signals, _thread_identity
 
 # Signal dispositions and the wakeup fd are the process's: one lock for
 # every loop's changes to them (never held while a handler runs).
@@ -153,8 +152,8 @@ class SignalMethods:
             del self._signal_handlers[sig]
         except (KeyError, TypeError):
             return False
-        if sig in _signals.listening():
-            handler = _signals.listener()
+        if sig in _shutdown_signals.listening():
+            handler = _shutdown_signals.listener()
         elif sig == signal.SIGINT:
             handler = signal.default_int_handler
         else:

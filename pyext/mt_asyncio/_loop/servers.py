@@ -13,7 +13,7 @@ import weakref
 
 from asyncio import events, exceptions, trsock
 
-from . import _core, tasks
+from .. import _core, tasks
 
 __all__ = ["Server"]
 
