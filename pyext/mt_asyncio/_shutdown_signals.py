@@ -1,7 +1,7 @@
 """mt_asyncio.runtime(signals=...): signals that shut the runtime down.
 
 A listed signal begins the runtime's coordinated shutdown. Its drain step
-(runners._drain) cancels the main task of every asyncio.run()/Runner.run()
+(_shutdown.drain) cancels the main task of every asyncio.run()/Runner.run()
 in progress — what Ctrl-C does to stdlib's asyncio.run() — and waits for
 those runs to unwind and close their loops; then the runtime stops. run()
 raises KeyboardInterrupt for SIGINT, as stdlib does, and otherwise the main
@@ -17,8 +17,7 @@ second one forces the issue.
 import signal
 import threading
 
-from . import _core
-from . import _thread_identity
+from . import _core, _shutdown, _thread_identity
 
 # Signal -> the handler installed before ours.
 _previous = {}
@@ -64,10 +63,8 @@ def listener():
 
 
 def _on_signal(signum, frame):
-    from . import runners  # Imported late: runners imports the loop.
-
-    if runners._any_busy() and runners._shutdown_signal is None:
-        runners._shutdown_signal = signum
+    if _shutdown.any_busy() and _shutdown.shutdown_signal is None:
+        _shutdown.shutdown_signal = signum
         _core.request_shutdown()
         return
     # Nothing of ours runs, or this is a second signal while the first

@@ -11,8 +11,6 @@ everywhere); docs/compatibility.md lists them all.
 """
 
 import asyncio as _stdlib
-import contextvars as _contextvars
-import functools as _functools
 
 # Stdlib's own objects: exceptions, constants, base classes, loop access.
 # (Looked up by name: some exist only on newer Pythons, e.g. the 3.14 call
@@ -51,9 +49,10 @@ from .taskgroups import TaskGroup  # noqa: F401
 from .tasks import (  # noqa: F401
     Task, all_tasks, as_completed, create_eager_task_factory, create_task,
     current_task, eager_task_factory, ensure_future, gather,
-    run_coroutine_threadsafe, shield, sleep, wait, wait_for,
+    run_coroutine_threadsafe, shield, sleep, wait,
 )
-from .timeouts import Timeout, timeout, timeout_at  # noqa: F401
+from .threads import to_thread  # noqa: F401
+from .timeouts import Timeout, timeout, timeout_at, wait_for  # noqa: F401
 
 if hasattr(_stdlib, "capture_call_graph"):  # 3.14's call-graph introspection.
     from .graph import (  # noqa: F401
@@ -65,15 +64,6 @@ __all__ = list(_stdlib.__all__)
 
 #: Which implementation backs this module.
 BACKEND = "mt_asyncio"
-
-
-async def to_thread(func, /, *args, **kwargs):
-    """Run func(*args, **kwargs) in the loop's default executor, in a copy
-    of the current context; return its result."""
-    loop = get_running_loop()
-    ctx = _contextvars.copy_context()
-    call = _functools.partial(ctx.run, func, *args, **kwargs)
-    return await loop.run_in_executor(None, call)
 
 
 # asyncio.subprocess: Process and create_subprocess_* on the parallel loop
@@ -89,12 +79,12 @@ for _name in _stdlib.__all__:
 del _name
 
 
+# mt-asyncio 0.3.0a1's spelling, asyncio.compat.install(): the same module
+# as mt_asyncio.compat.
+from . import compat  # noqa: E402,F401
+
+
 def __getattr__(name):
-    if name == "compat":
-        # The seed's spelling, asyncio.compat.install(): the same module as
-        # mt_asyncio.compat (imported late: it imports this module).
-        from . import compat
-        return compat
     # Submodules and private helpers (``asyncio.events``, ``asyncio.tasks``,
     # ...) are stdlib's.
     try:

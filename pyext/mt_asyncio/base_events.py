@@ -21,7 +21,7 @@ import traceback
 import weakref
 from asyncio import coroutines, events, futures
 
-from . import _admin, _core, tasks
+from . import _admin, _core, _shutdown, tasks
 from ._loop.connections import ConnectionMethods
 from ._loop.pipes import PipeMethods
 from ._loop.processes import SubprocessMethods
@@ -37,10 +37,6 @@ from asyncio.log import logger
 # Context keys holding debug mode's stacks, and what each says.
 _CREATED_AT = {"source_traceback": "Object created at",
                "handle_traceback": "Handle created at"}
-
-# When a coordinated runtime shutdown's grace ends (time.monotonic()), set
-# by its drain (runners._drain) while it runs; else None.
-_drain_deadline = [None]
 
 # 3.14 renamed the internal check (the public one is deprecated there).
 _iscoroutinefunction = getattr(coroutines, "_iscoroutinefunction", None) or \
@@ -236,7 +232,7 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         # the run ends as its cancelled main task says.
         delay = 0.001
         while self._blocking_jobs():
-            deadline = _drain_deadline[0]
+            deadline = _shutdown.drain_deadline
             if deadline is not None and time.monotonic() >= deadline:
                 return
             await _asyncio.sleep(delay)

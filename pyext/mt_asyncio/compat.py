@@ -17,44 +17,50 @@ import importlib
 import sys
 import threading
 
-from . import asyncio as _mt
+from . import (
+    _core, base_events, locks, queues, runners, subprocess, taskgroups, tasks,
+    threads, timeouts,
+)
 
 __all__ = ["install", "uninstall", "installed", "serial_tasks"]
 
-# (module, attribute): the attribute is replaced by mt_asyncio.asyncio's
-# object of the same name.
+# (stdlib module, the mt_asyncio module defining the replacements, names):
+# each attribute is replaced by our object of the same name.
 _TARGETS = [
-    ("asyncio.locks", ("Lock", "Event", "Condition", "Semaphore",
-                       "BoundedSemaphore", "Barrier")),
-    ("asyncio.queues", ("Queue", "LifoQueue", "PriorityQueue")),
-    ("asyncio.tasks", ("gather", "wait", "wait_for", "shield", "as_completed",
-                       "create_task", "ensure_future", "current_task",
-                       "all_tasks", "run_coroutine_threadsafe",
-                       "eager_task_factory", "create_eager_task_factory")),
-    ("asyncio.timeouts", ("timeout", "timeout_at", "Timeout")),
-    ("asyncio.taskgroups", ("TaskGroup",)),
-    ("asyncio.runners", ("run", "Runner")),
-    ("asyncio.events", ("new_event_loop",)),
-    ("asyncio.threads", ("to_thread",)),
-    ("asyncio.subprocess", ("create_subprocess_exec", "create_subprocess_shell")),
+    ("asyncio.locks", locks, ("Lock", "Event", "Condition", "Semaphore",
+                              "BoundedSemaphore", "Barrier")),
+    ("asyncio.queues", queues, ("Queue", "LifoQueue", "PriorityQueue")),
+    ("asyncio.tasks", tasks, ("gather", "wait", "shield", "as_completed",
+                              "create_task", "ensure_future", "current_task",
+                              "all_tasks", "run_coroutine_threadsafe",
+                              "eager_task_factory", "create_eager_task_factory")),
+    ("asyncio.tasks", timeouts, ("wait_for",)),
+    ("asyncio.timeouts", timeouts, ("timeout", "timeout_at", "Timeout")),
+    ("asyncio.taskgroups", taskgroups, ("TaskGroup",)),
+    ("asyncio.runners", runners, ("run", "Runner")),
+    ("asyncio.events", base_events, ("new_event_loop",)),
+    ("asyncio.threads", threads, ("to_thread",)),
+    ("asyncio.subprocess", subprocess, ("create_subprocess_exec",
+                                        "create_subprocess_shell")),
 ]
 if sys.version_info >= (3, 14):
     # Call-graph introspection: stdlib's versions refuse our futures.
+    from . import graph
     _TARGETS += [
-        ("asyncio.graph", ("capture_call_graph", "format_call_graph",
-                           "print_call_graph")),
-        ("asyncio.futures", ("future_add_to_awaited_by",
-                             "future_discard_from_awaited_by")),
+        ("asyncio.graph", graph, ("capture_call_graph", "format_call_graph",
+                                  "print_call_graph")),
+        ("asyncio.futures", graph, ("future_add_to_awaited_by",
+                                    "future_discard_from_awaited_by")),
     ]
 # The top-level package re-exports all of the above, plus these.
-_TOP_LEVEL_ONLY = ("Future", "Task", "EventLoop", "sleep")
+_TOP_LEVEL_ONLY = [(_core, "Future"), (tasks, "Task"), (base_events, "EventLoop"),
+                   (tasks, "sleep")]
 
 
 def _new_event_loop():
     """asyncio.new_event_loop() under compat: our loop, unless a custom
     event loop policy is in force — then its new_event_loop(), as stdlib
     calls it."""
-    from . import runners
     return runners._new_default_loop()
 
 
@@ -67,12 +73,14 @@ _serial_tasks = False
 
 
 def _pairs():
-    for module_name, names in _TARGETS:
+    """(stdlib module name, attribute, our object) for every replacement."""
+    for module_name, ours, names in _TARGETS:
         for name in names:
-            yield module_name, name
-            yield "asyncio", name
-    for name in _TOP_LEVEL_ONLY:
-        yield "asyncio", name
+            obj = _REPLACEMENTS.get(name) or getattr(ours, name)
+            yield module_name, name, obj
+            yield "asyncio", name, obj
+    for ours, name in _TOP_LEVEL_ONLY:
+        yield "asyncio", name, getattr(ours, name)
 
 
 def install(*, serial_tasks=True):
@@ -93,12 +101,12 @@ def install(*, serial_tasks=True):
         if _saved is not None:
             return
         saved = {}
-        for module_name, name in _pairs():
+        for module_name, name, obj in _pairs():
             module = importlib.import_module(module_name)
             if (module_name, name) in saved:
                 continue
             saved[(module_name, name)] = getattr(module, name)
-            setattr(module, name, _REPLACEMENTS.get(name) or getattr(_mt, name))
+            setattr(module, name, obj)
         _saved = saved
 
 

@@ -1,6 +1,5 @@
 """asyncio.run() and Runner on mt_asyncio's parallel loop."""
 
-import contextlib
 import contextvars
 import enum
 import functools
@@ -8,13 +7,10 @@ import inspect
 import signal
 import sys
 import threading
-import time
-import weakref
 from asyncio import constants, coroutines, events, exceptions
 
-from . import _core, base_events, tasks
+from . import _core, _runtime, _shutdown, base_events, tasks
 from .base_events import _serial_tasks
-from ._loop import servers as servers_module
 
 __all__ = ["Runner", "run"]
 
@@ -23,95 +19,6 @@ class _State(enum.Enum):
     CREATED = "created"
     INITIALIZED = "initialized"
     CLOSED = "closed"
-
-
-# Runners that are running or closing, for a coordinated runtime shutdown
-# (the control plane's, or a signal given to mt_asyncio.runtime(signals=)):
-# runner -> [nesting depth, main task while run() runs].
-_busy_lock = threading.Lock()
-_busy = {}
-# Main tasks a shutdown cancelled -> the signal that began it (or None);
-# and the signal of the shutdown being drained now.
-_cancelled_by_shutdown = weakref.WeakKeyDictionary()
-_shutdown_signal = None
-
-
-@contextlib.contextmanager
-def _busy_while(runner, main_task=None):
-    with _busy_lock:
-        entry = _busy.setdefault(runner, [0, None])
-        entry[0] += 1
-        if main_task is not None:
-            entry[1] = main_task
-    try:
-        yield
-    finally:
-        with _busy_lock:
-            entry[0] -= 1
-            if main_task is not None:
-                entry[1] = None
-            if entry[0] == 0:
-                del _busy[runner]
-
-
-def _any_busy():
-    with _busy_lock:
-        return bool(_busy)
-
-
-# How long runs get to finish after the grace (the runtime's cancel phase
-# gives tasks the same, runtime/runtime.cc).
-_UNWIND_SECONDS = 1.0
-
-
-def _drain(grace):
-    """The runtime's drain hook: every server stops accepting; every run in
-    progress is wound down the way Ctrl-C winds down asyncio.run() —
-    cancel its main task, so finally blocks and ``async with`` exits run —
-    then, up to `grace` seconds, we wait until every runner has finished
-    running and closing; then connections still open are aborted. Runs on
-    the thread running the shutdown."""
-    global _shutdown_signal
-    signum = _shutdown_signal
-    reason = "mt_asyncio runtime shutdown"
-    if signum is not None:
-        reason += f" ({signal.Signals(signum).name})"
-    # Servers stop accepting first, so nothing new starts while the runs
-    # below wind down.
-    servers = servers_module._stop_accepting_everywhere()
-    with _busy_lock:
-        runs = [(runner._loop, entry[1]) for runner, entry in _busy.items()]
-    for loop, task in runs:
-        if task is None or task.done():
-            continue
-        _cancelled_by_shutdown[task] = signum
-        try:
-            loop.call_soon_threadsafe(task.cancel, reason)
-        except RuntimeError:
-            pass  # Its loop closed meanwhile: nothing left to wind down.
-    deadline = time.monotonic() + grace
-    base_events._drain_deadline[0] = deadline
-    try:
-        while _any_busy() and time.monotonic() < deadline:
-            time.sleep(0.002)
-    finally:
-        _shutdown_signal = None  # The next signal begins a new shutdown.
-        # The cancel phase: connections the runs did not close are aborted
-        # (a loop that closes aborts its own transports too).
-        servers_module._abort_connections(servers)
-    # A run that waited on those connections (Server.wait_closed) now
-    # finishes and closes its loop: the runtime must not stop under it, so
-    # it gets the cancel phase's unwind allowance to do so.
-    deadline = time.monotonic() + _UNWIND_SECONDS
-    try:
-        while _any_busy() and time.monotonic() < deadline:
-            time.sleep(0.002)
-    finally:
-        # Kept until here: a run waiting for its blocking jobs polls it.
-        base_events._drain_deadline[0] = None
-
-
-_core._set_drain_hook(_drain)
 
 
 def _custom_policy():
@@ -172,7 +79,7 @@ class Runner:
             return
         try:
             loop = self._loop
-            with _busy_while(self):
+            with _shutdown.busy_while(self):
                 _cancel_all_tasks(loop)
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.run_until_complete(
@@ -222,11 +129,11 @@ class Runner:
                 pass
         self._interrupt_count = 0
         try:
-            with _busy_while(self, task):
+            with _shutdown.busy_while(self, task):
                 return self._loop.run_until_complete(task)
         except exceptions.CancelledError:
             interrupted = (self._interrupt_count > 0
-                           or _cancelled_by_shutdown.get(task) == signal.SIGINT)
+                           or _shutdown.cancelled_by_shutdown.get(task) == signal.SIGINT)
             if interrupted:
                 uncancel = getattr(task, "uncancel", None)
                 if uncancel is not None and uncancel() == 0:
@@ -271,11 +178,10 @@ def run(main, *, debug=None, loop_factory=None, threads=None):
         raise RuntimeError(
             "asyncio.run() cannot be called from a running event loop")
     if threads is not None:
-        from . import _configure_threads
-        _configure_threads(threads)
+        _runtime.configure_threads(threads)
     runner = Runner(debug=debug, loop_factory=loop_factory)
     # Busy from start to close: a shutdown in between waits for the close.
-    with _busy_while(runner), runner:
+    with _shutdown.busy_while(runner), runner:
         return runner.run(main)
 
 

@@ -17,7 +17,7 @@ from . import _core
 
 __all__ = [
     "Task", "create_task", "ensure_future", "current_task", "all_tasks",
-    "gather", "wait", "wait_for", "shield", "sleep", "as_completed",
+    "gather", "wait", "shield", "sleep", "as_completed",
     "run_coroutine_threadsafe", "eager_task_factory", "create_eager_task_factory",
     "FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED",
 ]
@@ -198,24 +198,6 @@ async def _wait(fs, timeout, return_when, loop):
 def _release_waiter(waiter, *args):
     if not waiter.done():
         _complete(waiter.set_result, None)
-
-
-async def wait_for(fut, timeout):
-    """Wait for one awaitable with a timeout (TimeoutError, and the
-    awaitable cancelled, when it runs out)."""
-    from . import timeouts  # Cycle: timeouts uses current_task.
-
-    if timeout is not None and timeout <= 0:
-        fut = ensure_future(fut)
-        if fut.done():
-            return fut.result()
-        await _cancel_and_wait(fut)
-        try:
-            return fut.result()
-        except exceptions.CancelledError as exc:
-            raise TimeoutError from exc
-    async with timeouts.timeout(timeout):
-        return await fut
 
 
 async def _cancel_and_wait(fut):

@@ -14,7 +14,7 @@ from asyncio import events, exceptions
 
 from . import tasks
 
-__all__ = ["Timeout", "timeout", "timeout_at"]
+__all__ = ["Timeout", "timeout", "timeout_at", "wait_for"]
 
 
 class _State(enum.Enum):
@@ -135,3 +135,25 @@ def timeout(delay):
 def timeout_at(when):
     """Timeout at loop time `when` (None: never)."""
     return Timeout(when)
+
+
+# wait_for's parameter is named `timeout`, as stdlib's is.
+_timeout = timeout
+
+
+# wait_for() is timeout() around one awaitable (as stdlib's is since 3.12),
+# so it lives beside what it is built on.
+async def wait_for(fut, timeout):
+    """Wait for one awaitable with a timeout (TimeoutError, and the
+    awaitable cancelled, when it runs out)."""
+    if timeout is not None and timeout <= 0:
+        fut = tasks.ensure_future(fut)
+        if fut.done():
+            return fut.result()
+        await tasks._cancel_and_wait(fut)
+        try:
+            return fut.result()
+        except exceptions.CancelledError as exc:
+            raise TimeoutError from exc
+    async with _timeout(timeout):
+        return await fut

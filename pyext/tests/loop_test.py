@@ -567,12 +567,12 @@ def test_as_completed_over_futures_already_done():
 @contextlib.contextmanager
 def _workers(n):
     """The module's runtime resized to n workers for the block, then back."""
-    mt_asyncio._configure_threads(n)
+    mt_asyncio._runtime.configure_threads(n)
     try:
         assert _eventually(lambda: mt_asyncio.runtime_info()["live_workers"] == n)
         yield
     finally:
-        mt_asyncio._configure_threads(4)
+        mt_asyncio._runtime.configure_threads(4)
 
 
 def _eventually(pred, timeout=WAIT):

@@ -17,7 +17,7 @@ from asyncio import streams
 from asyncio.exceptions import InvalidStateError
 from asyncio.log import logger
 
-from .. import _core, locks, tasks
+from .. import _core, locks, tasks, timeouts
 from .servers import Server
 from .sockets import _check_ssl_socket, _ssl
 from .tls import TLSProtocol
@@ -398,7 +398,7 @@ class ConnectionMethods:
         async def run(i, previous_failed):
             if previous_failed is not None:
                 try:
-                    await tasks.wait_for(previous_failed.wait(), delay)
+                    await timeouts.wait_for(previous_failed.wait(), delay)
                 except TimeoutError:
                     pass
             with lock:

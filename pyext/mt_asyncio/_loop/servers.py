@@ -9,38 +9,14 @@ import os
 import stat
 import sys
 import threading
-import weakref
 
 from asyncio import events, exceptions, trsock
 
-from .. import _core, tasks
+from .. import _core, _shutdown, tasks
 
 __all__ = ["Server"]
 
 # Every Server not closed yet, for the runtime's coordinated shutdown.
-_live_lock = threading.Lock()
-_live = weakref.WeakSet()
-
-
-def _stop_accepting_everywhere():
-    """Draining begins: every server stops accepting (and closes its
-    listening sockets). Returns the servers, whose connections the cancel
-    phase closes."""
-    with _live_lock:
-        servers = list(_live)
-    for server in servers:
-        try:
-            server._loop.call_soon_threadsafe(server.close)
-        except RuntimeError:
-            server.close()  # Its loop is closed: nothing runs there now.
-    return servers
-
-
-def _abort_connections(servers):
-    """The grace period is over: connections still open are aborted."""
-    for server in servers:
-        server.abort_clients()
-
 # 3.14's asyncio closes the clients of a server whose serve_forever() is
 # cancelled; 3.13's only closes the server.
 _SERVE_FOREVER_CLOSES_CLIENTS = sys.version_info >= (3, 14)
@@ -66,8 +42,7 @@ class Server(events.AbstractServer):
         self._listeners = []      # One _core._Listener per socket.
         self._serving = False
         self._serving_forever_fut = None
-        with _live_lock:
-            _live.add(self)
+        _shutdown.add_server(self)
 
     def __repr__(self):
         return f"<{self.__class__.__name__} sockets={self.sockets!r}>"
@@ -132,8 +107,7 @@ class Server(events.AbstractServer):
                 return
             listeners, self._listeners = self._listeners, []
             self._serving = False
-        with _live_lock:
-            _live.discard(self)
+        _shutdown.discard_server(self)
         # A listener's close waits for an accept in progress on another
         # worker to attach its connection, and first accepts what the
         # kernel holds already established (on a one-thread loop, the
