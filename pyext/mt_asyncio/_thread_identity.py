@@ -8,7 +8,7 @@ threading.get_ident() and current_thread() (anyio's portals, callbacks
 asserting the main thread, logging's thread fields). Installed when
 mt_asyncio is imported, so that a library importing the name later
 (``from threading import get_ident``) gets it too; outside a running
-loop's work it is the plain ident. See pyext/src/loop_thread_identity.cc.
+loop's work it is the plain ident. See pyext/src/loop/loop_thread_identity.cc.
 
 The main thread's loop is then also "the main thread" to the APIs that
 only the main thread may call: signal.signal() and signal.set_wakeup_fd()

@@ -172,7 +172,7 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
     # --- futures and tasks ---------------------------------------------------
 
     # create_future, create_task, set_task_factory and get_task_factory are
-    # the C++ core's (pyext/src/loop.cc): they are on every hot path.
+    # the C++ core's (pyext/src/loop/loop.cc): they are on every hot path.
 
     # --- executors -----------------------------------------------------------
 

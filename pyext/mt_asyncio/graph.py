@@ -4,7 +4,7 @@ for mt_asyncio's futures and tasks.
 The graph is stdlib's own data: ``FutureCallGraph`` and
 ``FrameCallGraphEntry`` objects, so code that formats or walks stdlib's
 graphs walks ours. What a future is awaited by comes from
-``future._asyncio_awaited_by`` (see pyext/src/awaited_by.h). A task that
+``future._asyncio_awaited_by`` (see pyext/src/future/awaited_by.h). A task that
 is not the caller's own is described from its coroutine's await chain,
 read while no worker steps it (``Task._while_not_stepped``): CPython lets no
 thread read the frames of a coroutine another thread is executing. A task

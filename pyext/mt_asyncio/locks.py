@@ -2,7 +2,7 @@
 several worker threads at once.
 
 Lock, Semaphore, BoundedSemaphore, Event, Condition and Barrier derive from
-the C++ types of ``_core`` (pyext/src/locks.cc, condition.cc, barrier.cc):
+the C++ types of ``_core`` (pyext/src/sync/locks.cc, condition.cc, barrier.cc):
 their state and FIFO of waiters are under a per-object mutex, and
 acquire()/wait()/``async with`` run without a Python frame. The algorithms
 are asyncio's (FIFO waiters, no barging past a woken waiter, a cancelled

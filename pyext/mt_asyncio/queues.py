@@ -1,7 +1,7 @@
 """Queue, LifoQueue and PriorityQueue safe for producers and consumers on
 several worker threads, with asyncio's shutdown() semantics.
 
-The queue itself is the C++ ``_core.Queue`` (pyext/src/queues.cc): items,
+The queue itself is the C++ ``_core.Queue`` (pyext/src/sync/queues.cc): items,
 waiting getters and putters and the unfinished-task count are under one
 per-queue mutex, and get()/put()/join() run without a Python frame. Queue
 and LifoQueue keep their items in C++. A subclass that defines its own

@@ -126,7 +126,7 @@ def _running_task_repr(task):
 _core._set_running_task_repr(_running_task_repr)
 
 
-# gather() is C++ (pyext/src/gather.cc): its children report through a
+# gather() is C++ (pyext/src/loop/gather.cc): its children report through a
 # native done callback that tolerates finishing on several workers at once,
 # with no Python frame or loop round trip per child.
 _GatheringFuture = _core._GatheringFuture

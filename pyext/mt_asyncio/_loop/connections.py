@@ -1,6 +1,6 @@
 """The loop's connection API: create_connection, create_server, their Unix
 variants and connect_accepted_socket, with stdlib's signatures, checks and
-errors. The transports themselves are C++ (``pyext/src/transport.cc``).
+errors. The transports themselves are C++ (``pyext/src/net/transport.cc``).
 """
 
 import collections.abc

@@ -1,7 +1,7 @@
 """The loop's pipe transports: connect_read_pipe() and connect_write_pipe().
 
 Each pipe transport is one strand, as a socket connection is
-(``pyext/src/transport.h``): its fd watchers and the protocol callbacks
+(``pyext/src/net/transport.h``): its fd watchers and the protocol callbacks
 they schedule run one at a time, in order, on whichever worker is free,
 and the code that made the transport (a task) excludes them while it runs,
 so a protocol feeding a StreamReader and the task reading from it see each

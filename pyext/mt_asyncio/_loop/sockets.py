@@ -1,7 +1,7 @@
 """The loop's low-level socket API: add_reader/add_writer and sock_*.
 
 Readers and writers are watched by the runtime's epoll reactor
-(``pyext/src/fd_watch.cc``); their callbacks run on a worker, never twice at
+(``pyext/src/loop/fd_watch.cc``); their callbacks run on a worker, never twice at
 once for one fd and direction, and again while the fd stays ready, as a
 selector loop's do. The ``sock_*`` coroutines try the operation at once and
 wait for readiness only when the socket would block, with stdlib's
