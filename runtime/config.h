@@ -21,7 +21,7 @@ enum class ReactorMode {
 
 std::string_view ReactorModeName(ReactorMode mode);
 
-// What a Runtime is built with. Defaults follow the seed README's
+// What a Runtime is built with. Defaults follow mt-asyncio 0.3.0a1's
 // `mt_asyncio.runtime()` so the Python layer can pass values straight down.
 struct Config {
   // Worker threads that run units; 0 means "hardware threads + 4".

@@ -23,7 +23,7 @@ import sys
 import sysconfig
 import tempfile
 
-_SETUP = "install it with tools/setup.sh (see README.md)"
+_SETUP = "install it with tools/setup.sh (see docs/building.md)"
 
 
 def _tool_path():

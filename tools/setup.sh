@@ -45,12 +45,12 @@ UPSTREAM_TEST_PACKAGES=(coverage blockbuster hypothesis psutil pytest-mock pytes
                         gunicorn zlib_ng pytest-codspeed aiodns)
 UPSTREAM_DIR="${HOME:-/root}/.cache/mt_asyncio/upstream"
 # Peers //pyext:bench measures against: uvloop, rloop and tonio in the
-# same interpreter (their import names are their own); the
-# seed's own implementation (import name mt_asyncio, like ours) in a venv
-# of its own, only for a free-threaded interpreter (its only wheels).
+# same interpreter (their import names are their own); PyPI's Rust
+# mt-asyncio 0.3.0a1 (import name mt_asyncio, like ours) in a venv of its
+# own, only for a free-threaded interpreter (its only wheels).
 BENCH_PACKAGES=(uvloop rloop tonio matplotlib)  # matplotlib: bench --plot
-SEED_PACKAGE="mt-asyncio==0.3.0a1"
-SEED_VENV="${HOME:-/root}/.cache/mt_asyncio/seed-venv"
+PYPI_MT_ASYNCIO_PACKAGE="mt-asyncio==0.3.0a1"
+PYPI_MT_ASYNCIO_VENV="${HOME:-/root}/.cache/mt_asyncio/mt-asyncio-0.3.0a1-venv"
 # grpcurl, the third-party gRPC client the control plane's suite checks
 # reflection with: a Go module, built with `go install` when Go is here.
 GRPCURL_MODULE="github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
@@ -122,19 +122,19 @@ for suite in "${UPSTREAM_SUITES[@]}"; do
   fi
   rm -rf "$download"
 done
-if [ "$free_threaded" = 1 ] && [ ! -x "$SEED_VENV/bin/python" ]; then
-  echo "setup: the seed's implementation ($SEED_PACKAGE) into $SEED_VENV (benchmarks only)"
-  if ! { "$python" -m venv "$SEED_VENV" &&
-         "$SEED_VENV/bin/python" -m pip install -q --disable-pip-version-check --pre "$SEED_PACKAGE"; }; then
-    echo "setup: note: could not install $SEED_PACKAGE; //pyext:bench runs without the seed backend"
-    rm -rf "$SEED_VENV"
+if [ "$free_threaded" = 1 ] && [ ! -x "$PYPI_MT_ASYNCIO_VENV/bin/python" ]; then
+  echo "setup: PyPI's mt-asyncio 0.3.0a1 ($PYPI_MT_ASYNCIO_PACKAGE) into $PYPI_MT_ASYNCIO_VENV (benchmarks only)"
+  if ! { "$python" -m venv "$PYPI_MT_ASYNCIO_VENV" &&
+         "$PYPI_MT_ASYNCIO_VENV/bin/python" -m pip install -q --disable-pip-version-check --pre "$PYPI_MT_ASYNCIO_PACKAGE"; }; then
+    echo "setup: note: could not install $PYPI_MT_ASYNCIO_PACKAGE; //pyext:bench runs without the mt-asyncio-0.3.0a1 backend"
+    rm -rf "$PYPI_MT_ASYNCIO_VENV"
   fi
 fi
-# The seed's db_http rows need the database driver in its venv too.
-if [ -x "$SEED_VENV/bin/python" ] && ! "$SEED_VENV/bin/python" -c "import asyncpg" 2>/dev/null; then
-  echo "setup: asyncpg into $SEED_VENV (the seed's db_http rows)"
-  "$SEED_VENV/bin/python" -m pip install -q --disable-pip-version-check asyncpg ||
-    echo "setup: note: could not install asyncpg for the seed; its db_http rows show FAIL"
+# mt-asyncio 0.3.0a1's db_http rows need the database driver in its venv too.
+if [ -x "$PYPI_MT_ASYNCIO_VENV/bin/python" ] && ! "$PYPI_MT_ASYNCIO_VENV/bin/python" -c "import asyncpg" 2>/dev/null; then
+  echo "setup: asyncpg into $PYPI_MT_ASYNCIO_VENV (mt-asyncio 0.3.0a1's db_http rows)"
+  "$PYPI_MT_ASYNCIO_VENV/bin/python" -m pip install -q --disable-pip-version-check asyncpg ||
+    echo "setup: note: could not install asyncpg for mt-asyncio 0.3.0a1; its db_http rows show FAIL"
 fi
 
 go=$(command -v go || true)
@@ -154,5 +154,5 @@ gil=$("$python" -c 'import sys; print("enabled" if getattr(sys, "_is_gil_enabled
 echo "setup: interpreter $python (CPython $version, $([ "$free_threaded" = 1 ] && echo free-threaded || echo GIL build), GIL $gil)"
 if [ "$free_threaded" != 1 ]; then
   echo "setup: note: this is not a free-threaded build; tasks will not step in parallel"
-  echo "       and free-threaded-only tests are skipped. See README.md."
+  echo "       and free-threaded-only tests are skipped. See docs/building.md."
 fi

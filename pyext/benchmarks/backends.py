@@ -132,19 +132,19 @@ def run_tonio(factories, threads):
     return [len(factories)]
 
 
-_seed_runtime_started = []
+_pypi_runtime_started = []
 
 
-def run_seed(factories, threads):
-    """The seed's own implementation (PyPI mt-asyncio, Rust), run by its
+def run_pypi_mt_asyncio(factories, threads):
+    """PyPI's mt-asyncio 0.3.0a1 (Rust), run by its
     venv's interpreter: its runtime with `threads` workers, then its
     `mt_asyncio.asyncio.run()` (one loop, tasks on those workers)."""
     import mt_asyncio
-    if not _seed_runtime_started:
+    if not _pypi_runtime_started:
         # Once per process (its runtime cannot be made again): the warm-up
         # run starts it, so the counted run finds it running, as ours does.
         mt_asyncio.runtime(threads=threads, context=True)
-        _seed_runtime_started.append(threads)
+        _pypi_runtime_started.append(threads)
     import mt_asyncio.asyncio as aio
 
     async def main():
@@ -255,7 +255,7 @@ BACKENDS = {
     "uvloop-multiloop": run_uvloop_multiloop,
     "rloop": run_rloop,
     "rloop-multiloop": run_rloop_multiloop,
-    "seed": run_seed,
+    "mt-asyncio-0.3.0a1": run_pypi_mt_asyncio,
     "tonio": run_tonio,
     "mt_asyncio": run_mt_asyncio,
     "mt_asyncio+watch": run_mt_asyncio_watched,

@@ -3,8 +3,8 @@
 Runs every (backend, workload, threads) cell ``--repeats`` times in
 interleaved rounds, each time in a fresh subprocess (one warm-up, one counted
 run), and prints one table of medians, spreads and ratios against stdlib
-asyncio measured in the same run. Method:
-BENCHMARKS.md and docs/benchmarks.md.
+asyncio measured in the same run. The workloads, the method and the
+goals: docs/benchmarks.md.
 """
 
 import argparse
@@ -99,9 +99,9 @@ def spawn_cell(backend, workload, threads, scale):
     result; net.CellFailed when the backend failed the workload (a peer
     that cannot run it)."""
     python, env = sys.executable, dict(os.environ)
-    if backend == "seed":
-        python = net.SEED_PYTHON
-        env.pop("PYTHONPATH", None)  # Ours would shadow the seed's package.
+    if backend == "mt-asyncio-0.3.0a1":
+        python = net.PYPI_MT_ASYNCIO_PYTHON
+        env.pop("PYTHONPATH", None)  # Ours would shadow mt-asyncio 0.3.0a1's package.
     cmd = [python, CELL_SCRIPT,
            json.dumps([backend, workload, threads, scale])]
     try:
@@ -123,8 +123,8 @@ def backend_unavailable(backend):
             __import__(module)
         except ImportError:
             return f"{module} is not installed (tools/setup.sh installs it)"
-    if backend == "seed" and not os.access(net.SEED_PYTHON, os.X_OK):
-        return (f"no venv with the seed's mt-asyncio at {net.SEED_PYTHON} "
+    if backend == "mt-asyncio-0.3.0a1" and not os.access(net.PYPI_MT_ASYNCIO_PYTHON, os.X_OK):
+        return (f"no venv with mt-asyncio 0.3.0a1's mt-asyncio at {net.PYPI_MT_ASYNCIO_PYTHON} "
                 "(tools/setup.sh makes it; free-threaded interpreters only)")
     return None
 
@@ -329,6 +329,20 @@ def format_comparison(old, new):
     return render(lines)
 
 
+# Backend names earlier --json files used, and the names they go by now.
+_RENAMED_BACKENDS = {"seed": "mt-asyncio-0.3.0a1"}
+
+
+def load_run(path):
+    """A --json file, its backends under today's names."""
+    with open(path) as f:
+        run = json.load(f)
+    for key in ("rows", "net_rows"):
+        for row in run.get(key, []):
+            row["backend"] = _RENAMED_BACKENDS.get(row["backend"], row["backend"])
+    return run
+
+
 def merge_runs(runs):
     """One run's data from several --json runs (each cell once, the last
     file's copy kept); interpreter facts and arguments of the first."""
@@ -351,8 +365,7 @@ def report_saved(args, data):
     """--plot, --compare and --markdown on results (just measured or read
     back)."""
     if args.compare:
-        with open(args.compare) as f:
-            old = json.load(f)
+        old = load_run(args.compare)
         print(f"\nchange against {args.compare} (speed: above 1.00x is faster now):")
         print(format_comparison(old, data))
     if args.plot:
@@ -371,11 +384,7 @@ def main(argv=None):
             print("bench: --from-json needs --plot, --compare or --markdown",
                   file=sys.stderr)
             return 2
-        runs = []
-        for path in args.from_json:
-            with open(path) as f:
-                runs.append(json.load(f))
-        report_saved(args, merge_runs(runs))
+        report_saved(args, merge_runs([load_run(path) for path in args.from_json]))
         return 0
 
     facts = interpreter_facts()

@@ -31,7 +31,7 @@ NET_WORKLOADS = {
     "idle_conns": (10000, 0, 0),
     "db_http": (32, 200, 0),
 }
-HTTP_BURN = 5000  # CPU iterations per HTTP request (BENCHMARKS.md).
+HTTP_BURN = 5000  # CPU iterations per HTTP request (docs/benchmarks.md).
 # db_http: each request reads a row from PostgreSQL (asyncpg), burns
 # HTTP_BURN on it and replies; the server is started by the driver
 # (pg_cluster.py from tests/libs, the database suite's private cluster).
@@ -41,11 +41,11 @@ _PG_CLUSTER_DIR = os.path.join(os.path.dirname(HERE), os.pardir, os.pardir,
                                "tests", "libs")
 
 
-# The seed's own implementation (PyPI mt-asyncio 0.3.0a1, Rust) shares our
-# import name, so it runs from a venv of its own: $MT_SEED_PYTHON, or the
+# PyPI's mt-asyncio 0.3.0a1 (Rust) shares our
+# import name, so it runs from a venv of its own: $MT_ASYNCIO_030A1_PYTHON, or the
 # one tools/setup.sh makes.
-SEED_PYTHON = os.environ.get("MT_SEED_PYTHON") or os.path.expanduser(
-    "~/.cache/mt_asyncio/seed-venv/bin/python")
+PYPI_MT_ASYNCIO_PYTHON = os.environ.get("MT_ASYNCIO_030A1_PYTHON") or os.path.expanduser(
+    "~/.cache/mt_asyncio/mt-asyncio-0.3.0a1-venv/bin/python")
 
 
 def net_backends():
@@ -57,8 +57,8 @@ def net_backends():
             found.insert(1, peer)
         except ImportError:
             pass
-    if os.access(SEED_PYTHON, os.X_OK):
-        found.append("seed")
+    if os.access(PYPI_MT_ASYNCIO_PYTHON, os.X_OK):
+        found.append("mt-asyncio-0.3.0a1")
     return found
 
 
@@ -118,7 +118,7 @@ def _tls_contexts():
 
 def _make_server(aio, workload, sock_kwargs, ssl_ctx):
     """The coroutine that starts `workload`'s server on `aio`'s loop."""
-    import asyncio as stdlib  # Base classes and exceptions (the seed's
+    import asyncio as stdlib  # Base classes and exceptions (mt-asyncio 0.3.0a1's
     loop = aio.get_running_loop()  # namespace has no Protocol).
 
     class Echo(stdlib.Protocol):
@@ -213,8 +213,8 @@ def serve(backend, workload, threads):
         # asyncpg is imported.
         import mt_asyncio.compat
         mt_asyncio.compat.install()
-    elif workload in DB_WORKLOADS and backend == "seed":
-        import mt_asyncio.asyncio  # The seed's package, in its own venv.
+    elif workload in DB_WORKLOADS and backend == "mt-asyncio-0.3.0a1":
+        import mt_asyncio.asyncio  # mt-asyncio 0.3.0a1's package, in its own venv.
         mt_asyncio.asyncio.compat.install()
     ssl_ctx, cafile = _tls_contexts() if workload.startswith("tls") else (None, "")
     ready = threading.Event()
@@ -240,8 +240,8 @@ def serve(backend, workload, threads):
         import mt_asyncio.asyncio as aio
         threads_ = [threading.Thread(target=run_loop, args=(
             aio, lambda c: aio.run(c, threads=threads), False, 0))]
-    elif backend == "seed":
-        import mt_asyncio  # The seed's package, in its own venv.
+    elif backend == "mt-asyncio-0.3.0a1":
+        import mt_asyncio  # mt-asyncio 0.3.0a1's package, in its own venv.
         mt_asyncio.runtime(threads=threads, context=True)
         import mt_asyncio.asyncio as aio
         threads_ = [threading.Thread(target=run_loop, args=(aio, aio.run, False, 0))]
@@ -416,9 +416,9 @@ def run_net_cell(backend, workload, threads, scale):
     the per-thread balance of requests for http_cpu."""
     env = dict(os.environ)
     python = sys.executable
-    if backend == "seed":
-        python = SEED_PYTHON
-        env.pop("PYTHONPATH", None)  # Ours would shadow the seed's package.
+    if backend == "mt-asyncio-0.3.0a1":
+        python = PYPI_MT_ASYNCIO_PYTHON
+        env.pop("PYTHONPATH", None)  # Ours would shadow mt-asyncio 0.3.0a1's package.
     # The server's errors go to a file: a failed cell reports its last line.
     server_errors = tempfile.TemporaryFile("w+")
     server = subprocess.Popen(

@@ -16,7 +16,7 @@ from plots import FAMILIES
 
 # Column order: stdlib first, its peers, the other parallel runtimes, ours.
 BACKEND_ORDER = ["asyncio", "asyncio-multiloop", "uvloop", "uvloop-multiloop",
-                 "rloop", "rloop-multiloop", "seed", "tonio", "mt_asyncio",
+                 "rloop", "rloop-multiloop", "mt-asyncio-0.3.0a1", "tonio", "mt_asyncio",
                  "mt_asyncio+watch"]
 SHORT_NAMES = {"asyncio-multiloop": "asyncio×N", "uvloop-multiloop": "uvloop×N",
                "rloop-multiloop": "rloop×N"}

@@ -1,4 +1,4 @@
-"""Workloads from BENCHMARKS.md, written once for every backend.
+"""The workloads of docs/benchmarks.md, written once for every backend.
 
 A workload is a function ``(scale) -> list of factories``; each factory
 takes the backend's asyncio module (``aio``) and returns one top-level
@@ -273,8 +273,8 @@ def one_million(scale):
 def primitive_ops(scale):
     """No CPU work: 50 tasks x 2000 rounds of `async with Lock`, `async with
     Semaphore(4)` around a sleep(0), `Event.wait()` on a set event and a
-    Queue put/get pair — the primitives' own cost (not in BENCHMARKS.md;
-    lock_contention and semaphore_bounded bury it under CPU work)."""
+    Queue put/get pair — the primitives' own cost (lock_contention and
+    semaphore_bounded bury it under CPU work)."""
     rounds = _count(2000, scale)
 
     async def program(aio):

@@ -172,7 +172,7 @@ class Runner:
 def run(main, *, debug=None, loop_factory=None, threads=None):
     """Run a coroutine on a new mt_asyncio loop and close it, like
     asyncio.run(). `threads` sizes the runtime's worker pool first (the
-    seed API's option; None keeps the current size, or cpu_count() + 4
+    option of mt-asyncio 0.3.0a1's API; None keeps the current size, or cpu_count() + 4
     when the runtime starts here)."""
     if events._get_running_loop() is not None:
         raise RuntimeError(

@@ -30,8 +30,8 @@ def _peers_here():
         found.append("tonio")
     except ImportError:
         pass
-    if os.access(net.SEED_PYTHON, os.X_OK):
-        found.append("seed")
+    if os.access(net.PYPI_MT_ASYNCIO_PYTHON, os.X_OK):
+        found.append("mt-asyncio-0.3.0a1")
     return found
 
 
@@ -66,7 +66,7 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
                 if backend in ("mt_asyncio", "mt_asyncio+watch"):
                     # Units run per worker: at least one per top-level coroutine.
                     assert sum(row["balance"]) >= row["coroutines"]
-                elif backend not in ("seed", "tonio"):
+                elif backend not in ("mt-asyncio-0.3.0a1", "tonio"):
                     # Top-level coroutines per loop: each ran exactly once.
                     assert sum(row["balance"]) == row["coroutines"]
     net_rows = {(r["workload"], r["backend"], r["threads"]): r for r in data["net_rows"]}
@@ -214,10 +214,10 @@ def test_db_rows_run_against_a_private_server_or_say_why_not(tmp_path):
     cells = {(r["backend"], r["threads"]) for r in data["net_rows"]}
     assert {("asyncio", 1), ("asyncio-multiloop", 2), ("mt_asyncio", 1),
             ("mt_asyncio", 2)} <= cells
-    if os.access(net.SEED_PYTHON, os.X_OK):
-        assert ("seed", 1) in cells  # Measured, or FAIL with its reason.
+    if os.access(net.PYPI_MT_ASYNCIO_PYTHON, os.X_OK):
+        assert ("mt-asyncio-0.3.0a1", 1) in cells  # Measured, or FAIL with its reason.
     for row in data["net_rows"]:
-        if "error" in row:  # A peer without what asyncpg needs (rloop, the seed).
+        if "error" in row:  # A peer without what asyncpg needs (rloop, mt-asyncio 0.3.0a1).
             assert row["error"].strip(), row
             assert row["backend"] not in ("asyncio", "mt_asyncio"), row
             continue

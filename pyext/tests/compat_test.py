@@ -198,7 +198,7 @@ def test_call_graph_functions_rebound_and_used_by_library_code():
 
 
 def test_compat_is_reachable_from_the_asyncio_namespace():
-    # The seed README's spelling: asyncio.compat.install().
+    # mt-asyncio 0.3.0a1's spelling: asyncio.compat.install().
     import mt_asyncio.asyncio as mt_aio
     import mt_asyncio.compat
     assert mt_aio.compat is mt_asyncio.compat

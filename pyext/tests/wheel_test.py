@@ -1,7 +1,8 @@
 """The wheel a user installs: its name, tags and metadata, `auditwheel
-show`, and the README's install section run word for word in a fresh venv
-inside a mount namespace where the build machine's Abseil, gRPC, protobuf
-and BoringSSL libraries cannot be seen."""
+show`, and the install page's commands (docs/install.md) with the README's
+first program run word for word in a fresh venv inside a mount namespace
+where the build machine's Abseil, gRPC, protobuf and BoringSSL libraries
+cannot be seen."""
 
 import os
 import re
@@ -18,6 +19,7 @@ FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYEXT = os.path.dirname(HERE)
 README = os.path.join(os.path.dirname(PYEXT), "README.md")
+INSTALL_PAGE = os.path.join(os.path.dirname(PYEXT), "docs", "install.md")
 
 # The system libraries the plain wheel links by soname, hidden in the
 # namespace (Debian's multiarch folder; BoringSSL from android-libboringssl).
@@ -130,15 +132,21 @@ def test_every_library_it_links_travels_with_it():
     assert "external shared libraries are required" not in flat, out
 
 
-def _readme_install_steps():
-    """The marked blocks of the README's install section, in order:
+def _marked_steps(path):
+    """The blocks of `path` marked <!-- install-test: ... -->, in order:
     ("shell", text) or ("file NAME", text)."""
-    with open(README, encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
         text = f.read()
     steps = re.findall(r"<!-- install-test: (shell|file [\w.]+) -->\n```\w+\n(.*?)```",
                        text, re.S)
-    assert steps, "no <!-- install-test --> blocks in README.md"
+    assert steps, f"no <!-- install-test --> blocks in {path}"
     return steps
+
+
+def _install_steps():
+    """The install page's marked commands (the venv, the wheel, a live
+    service asked by mtctl), then the README's first program."""
+    return _marked_steps(INSTALL_PAGE) + _marked_steps(README)
 
 
 def _namespace_prefix():
@@ -175,7 +183,7 @@ if {python} -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' "$grpc" 2>/dev/nul
 fi
 """
 
-# Run by the venv's interpreter after the README's steps: importing the
+# Run by the venv's interpreter after the install steps: importing the
 # extensions maps the wheel's own copies of gRPC and OpenSSL, beside the
 # system OpenSSL the interpreter's ssl module loaded, and both work (the
 # renamed copies cannot clash).
@@ -271,12 +279,12 @@ def _run_in_namespace(tmp_path, steps, interpreter_name):
 
 
 @pytest.mark.skipif(not FREE_THREADED, reason=(
-    "free-threaded only: the README's commands name python3.14t and its wheel "
+    "free-threaded only: the install page's commands name python3.14t and its wheel "
     "(the next test installs this interpreter's wheel the same way)"))
-def test_readme_install_section_word_for_word_without_system_libraries(tmp_path):
+def test_install_page_and_first_program_word_for_word_without_system_libraries(tmp_path):
     if sys.version_info[:2] != (3, 14):
-        pytest.skip("the README's commands name python3.14t")
-    out = _run_in_namespace(tmp_path, _readme_install_steps(), "python3.14t")
+        pytest.skip("the install page's commands name python3.14t")
+    out = _run_in_namespace(tmp_path, _install_steps(), "python3.14t")
     assert re.search(r"^hidden: ([1-9]\d*) libraries$", out, re.M), out
     assert "GIL enabled: False" in out
     threads = int(re.search(r"^32 tasks ran on (\d+) worker threads$", out, re.M).group(1))
@@ -294,11 +302,11 @@ def test_readme_install_section_word_for_word_without_system_libraries(tmp_path)
     _check_resolution(out, tmp_path / "venv")
 
 
-# The seed README's two opening examples, from the installed wheel: a
-# queue-fed worker pool in a TaskGroup, and a thousand coroutines that each
+# The two opening examples of mt-asyncio 0.3.0a1's README, from the
+# installed wheel: a queue-fed worker pool in a TaskGroup, and a thousand coroutines that each
 # sleep 0.1 s, gathered with the default thread count (concurrently: well
 # under the 100 s they would take one after another).
-_SEED_EXAMPLES = textwrap.dedent("""\
+_README_0_3_0A1_EXAMPLES = textwrap.dedent("""\
     import sys
     import time
     import mt_asyncio
@@ -351,12 +359,12 @@ _SEED_EXAMPLES = textwrap.dedent("""\
 
 def test_installs_and_runs_without_system_libraries(tmp_path):
     """The same isolation for whichever interpreter built the wheel (a GIL
-    build included): install, import both extensions, the seed README's
-    examples, mtctl."""
+    build included): install, import both extensions, the examples of
+    mt-asyncio 0.3.0a1's README, mtctl."""
     steps = [
         ("shell", f"{os.path.basename(sys.executable)} -m venv venv\n"
                   "venv/bin/pip install --no-index dist/mt_asyncio-*.whl\n"),
-        ("file examples.py", _SEED_EXAMPLES),
+        ("file examples.py", _README_0_3_0A1_EXAMPLES),
         ("shell", "venv/bin/python examples.py\nvenv/bin/mtctl --help | head -1\n"),
     ]
     out = _run_in_namespace(tmp_path, steps, os.path.basename(sys.executable))

@@ -6,8 +6,7 @@ Each scenario returns what a user of anyio observes; on mt_asyncio it must
 equal stdlib's.
 
 anyio cancels a scope's tasks by calling task.cancel() again and again
-(from loop callbacks) until each one's current await is interrupted; the
-seed's implementation livelocked there. The busy and many-task scenarios
+(from loop callbacks) until each one's current await is interrupted; mt-asyncio 0.3.0a1's implementation livelocked there. The busy and many-task scenarios
 below are that case."""
 
 import sys

@@ -175,7 +175,7 @@ handler_threads_lock = threading.Lock()
 
 @app.get("/cpu/{n}")
 async def cpu(n: int):
-    # CPU work inside the async handler: what the seed's article measures.
+    # CPU work inside the async handler: what the free-threading multiloop article measures.
     with handler_threads_lock:
         handler_threads.add(threading.get_native_id())
     total = 0
