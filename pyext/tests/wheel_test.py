@@ -81,6 +81,16 @@ def test_wheel_name_carries_interpreter_and_manylinux_tags():
     assert "Root-Is-Purelib: false" in wheel
 
 
+def test_package_files_keep_their_places():
+    with zipfile.ZipFile(_wheel_path()) as whl:
+        names = set(whl.namelist())
+    # The type stub and its marker (PEP 561), and the private subpackage.
+    for needed in ("mt_asyncio/_core.pyi", "mt_asyncio/py.typed",
+                   "mt_asyncio/_loop/__init__.py", "mt_asyncio/_loop/connections.py",
+                   "mt_asyncio/asyncio.py"):
+        assert needed in names, needed
+
+
 def test_metadata_describes_the_project():
     meta = _read(f"{_dist_info()}/METADATA")
     headers, _, description = meta.partition("\n\n")

@@ -2,6 +2,7 @@
 contention from many tasks (on mt_asyncio, from several workers at once)."""
 
 import threading
+import time
 
 from harness import aobserve, observe, scenario
 
@@ -476,8 +477,11 @@ async def lock_waited_on_from_second_loop_raises(aio):
     waiter = aio.create_task(lock.acquire())
     # On a parallel loop the waiter's first step may run after this task's
     # next one: go on only once it is queued on the lock (it is after one
-    # sleep(0) on asyncio's loop), so the lock is this loop's.
-    for _ in range(10_000):
+    # sleep(0) on asyncio's loop), so the lock is this loop's. Bounded by
+    # time, not by turns: a worker the OS does not run for a while holds
+    # the waiter's step however many turns this task takes meanwhile.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
         await aio.sleep(0)
         if "waiters:1" in repr(lock):
             break

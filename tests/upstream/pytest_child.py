@@ -91,11 +91,11 @@ def _install_mt(workers):
 # them (the socket file's checks are in create_unix_server and in the
 # server's _close_socket); nothing else is allowed.
 _OUR_LOOP_MAY_BLOCK = {
-    "os.sendfile": [("mt_asyncio/sendfile.py", {"sendfile"})],
-    "os.read": [("mt_asyncio/subprocesses.py", {"subprocess_exec", "subprocess_shell"})],
-    "os.stat": [("mt_asyncio/connections.py", {"create_unix_server"}),
-                ("mt_asyncio/servers.py", {"_close_socket"})],
-    "os.unlink": [("mt_asyncio/servers.py", {"_close_socket"})],
+    "os.sendfile": [("mt_asyncio/_loop/sendfile.py", {"sendfile"})],
+    "os.read": [("mt_asyncio/_loop/processes.py", {"subprocess_exec", "subprocess_shell"})],
+    "os.stat": [("mt_asyncio/_loop/connections.py", {"create_unix_server"}),
+                ("mt_asyncio/_loop/servers.py", {"_close_socket"})],
+    "os.unlink": [("mt_asyncio/_loop/servers.py", {"_close_socket"})],
 }
 
 
@@ -104,6 +104,14 @@ def _allow_our_loop_in_blockbuster():
         import blockbuster.blockbuster as bb
     except ImportError:
         return
+    # The places are file paths: one that no longer exists (a module moved)
+    # would allow nothing, and the calls would fail the suites as blocking.
+    import mt_asyncio
+    root = os.path.dirname(os.path.dirname(os.path.abspath(mt_asyncio.__file__)))
+    for places in _OUR_LOOP_MAY_BLOCK.values():
+        for filename, _ in places:
+            if not os.path.isfile(os.path.join(root, filename)):
+                raise RuntimeError(f"blockbuster allowance names a missing file: {filename}")
     original = bb.BlockBuster.__init__
 
     def init(self, *args, **kwargs):
