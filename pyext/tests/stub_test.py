@@ -12,7 +12,7 @@ from mt_asyncio import _core
 PACKAGE_DIR = os.path.dirname(os.path.abspath(mt_asyncio.__file__))
 STUB = os.path.join(PACKAGE_DIR, "_core.pyi")
 # The stub's own helpers: a type variable, an alias, shared base classes.
-STUB_ONLY = {"_T", "_Callback", "_TransportBase", "_Acquirable"}
+STUB_ONLY = {"_T", "_Callback", "_TransportBase", "_Acquirable", "_TlsSpec"}
 # Dunders a stub declares when the type implements them.
 DUNDERS = {"__init__", "__await__", "__iter__", "__del__", "__aenter__",
            "__aexit__", "__class_getitem__"}

@@ -21,6 +21,7 @@ from .. import _core, locks, tasks, timeouts
 from .servers import Server
 from .sockets import _check_ssl_socket, _ssl
 from .tls import TLSProtocol
+from .. import tls
 
 __all__ = ["ConnectionMethods"]
 
@@ -109,7 +110,13 @@ class ConnectionMethods:
                              server=None, ssl_handshake_timeout=None,
                              ssl_shutdown_timeout=None):
         """The TLS transport the application gets, and the socket
-        transport under it."""
+        transport under it: the same one on the native engine."""
+        if isinstance(sslcontext, tls.TLSContext):
+            spec = sslcontext._mt_spec(server_side, server_hostname,
+                                       ssl_handshake_timeout, ssl_shutdown_timeout)
+            raw = _core._make_socket_transport(self, rawsock, protocol, waiter,
+                                               extra, server, spec)
+            return raw, raw
         ssl_protocol = TLSProtocol(
             self, protocol, sslcontext, waiter, server_side, server_hostname,
             ssl_handshake_timeout=ssl_handshake_timeout,
@@ -150,7 +157,8 @@ class ConnectionMethods:
         except BaseException:
             transport.close()
             released = getattr(raw, "_released", None)
-            if (raw is not transport and waiter.done() and not waiter.cancelled()
+            if ((raw is not transport or getattr(raw, "_is_tls", False))
+                    and waiter.done() and not waiter.cancelled()
                     and waiter.exception() is None):
                 # The handshake was done: closing shuts TLS down first, and
                 # that keeps the socket for a while, as on stdlib.

@@ -105,7 +105,7 @@ class SendfileMethods:
 
     async def _sendfile_native(self, transport, file, offset, count):
         if not isinstance(transport, _core.SocketTransport) or \
-                not hasattr(os, "sendfile"):
+                transport._is_tls or not hasattr(os, "sendfile"):
             raise exceptions.SendfileNotAvailableError(
                 "sendfile syscall is not supported")
         try:

@@ -12,7 +12,7 @@ import threading
 
 from asyncio import events, exceptions, trsock
 
-from .. import _core, _shutdown, tasks
+from .. import _core, _shutdown, tasks, tls
 
 __all__ = ["Server"]
 
@@ -76,14 +76,20 @@ class Server(events.AbstractServer):
             self._serving = True
             sockets = list(self._sockets)
         factory = self._protocol_factory
-        if self._ssl_context is not None:
+        spec = None
+        if isinstance(self._ssl_context, tls.TLSContext):
+            # The native engine: the listener's connections do their own
+            # handshakes; the protocol is the application's.
+            spec = self._ssl_context._mt_spec(
+                True, None, self._ssl_handshake_timeout, self._ssl_shutdown_timeout)
+        elif self._ssl_context is not None:
             factory = self._loop._tls_server_factory(
                 factory, self._ssl_context, self._ssl_handshake_timeout,
                 self._ssl_shutdown_timeout)
         for sock in sockets:
             sock.listen(self._backlog)
             self._listeners.append(_core._Listener(
-                self._loop, sock, factory, self, self._backlog))
+                self._loop, sock, factory, self, self._backlog, spec))
 
     def get_loop(self):
         return self._loop

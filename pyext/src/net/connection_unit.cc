@@ -135,7 +135,8 @@ void ConnectionUnit::DeliverLost() {
     released = std::exchange(released_, nullptr);
   }
   ResolveWaiter(&released);  // Consumes it; nothing when nobody asked.
-  if (made_ && protocol != nullptr) {
+  BeforeLost(exc);
+  if (ProtocolMade() && protocol != nullptr) {
     // Lost by the connection itself (EOF, an error): the connection's own
     // context, which this poll entered.
     EnteredContext entered(lost_context);
@@ -261,7 +262,7 @@ void ConnectionUnit::Fatal(PyObject* exc, const char* message, PyObject* self) {
 
 void ConnectionUnit::FinishCloseIfDrained() {
   PyMutexGuard lock(mu_);
-  if (closing_ && conn_lost_ == 0 && BufferEmptyLocked()) {
+  if (closing_ && conn_lost_ == 0 && BufferEmptyLocked() && !awaiting_peer_close_) {
     ++conn_lost_;
     lost_pending_ = true;
   }

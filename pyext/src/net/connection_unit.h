@@ -39,7 +39,8 @@ class ConnectionUnit : public runtime::task::Task {
   void OnCancel() final;
 
   // close(): connection_lost(None) once the buffer is flushed. Any thread.
-  void Close();
+  // A TLS connection first says close_notify (transport.cc).
+  virtual void Close();
   // abort() or a fatal error: the buffer is dropped and
   // connection_lost(exc) is due (`exc` consumed; nullptr: None). Any
   // thread.
@@ -98,6 +99,9 @@ class ConnectionUnit : public runtime::task::Task {
   std::size_t high_water_ = kDefaultHighWater;
   std::size_t low_water_ = kDefaultHighWater / 4;
   bool closing_ = false;
+  // A closing TLS connection waits for the peer's close_notify: an empty
+  // buffer does not finish the close yet.
+  bool awaiting_peer_close_ = false;
   bool want_paused_ = false;  // Buffer above the high-water mark.
   int conn_lost_ = 0;
   bool lost_pending_ = false;  // connection_lost is due.
@@ -126,6 +130,11 @@ class ConnectionUnit : public runtime::task::Task {
   void SendFinLocked();
   // What a type releases after connection_lost (default: nothing).
   virtual void AfterLost() {}
+  // Whether the protocol heard connection_made (a TLS connection's only
+  // after its handshake): then it hears connection_lost.
+  virtual bool ProtocolMade() const { return made_; }
+  // Just before connection_lost(exc) (`exc` borrowed, nullptr: None).
+  virtual void BeforeLost(PyObject* exc) { (void)exc; }
   // Under mu_.
   virtual bool BufferEmptyLocked() const = 0;
   virtual std::size_t BufferSizeLocked() const = 0;

@@ -68,8 +68,12 @@ class Acceptor final : public rt_task::Task {
     DecRefAnyThread(sock_);
     DecRefAnyThread(factory_);
     DecRefAnyThread(server_);
+    DecRefAnyThread(tls_);
   }
   bool Poll() override;
+
+  // A TLS spec for connections on the native TLS engine, or nullptr.
+  PyObject* tls_ = nullptr;
 
   PyObject* const loop_;
   PyObject* const sock_;
@@ -122,7 +126,7 @@ void Acceptor::StartConnection(int fd) {
     return;
   }
   SetNoDelay(fd);
-  if (StartAcceptedTransport(loop_, sock, factory_, server_, context_, owner_) < 0) {
+  if (StartAcceptedTransport(loop_, sock, factory_, server_, context_, owner_, tls_) < 0) {
     PyObject* exc = PyErr_GetRaisedException();
     PyObject* r = CallMethod(sock, "close");
     Py_XDECREF(r);
@@ -224,13 +228,16 @@ void Listener_dealloc(PyObject* self) {
   Py_DECREF(type);
 }
 
-// _Listener(loop, sock, protocol_factory, server, backlog): accepts on
-// `sock` (listening, non-blocking) until close(); each connection gets
-// protocol_factory() and a transport, and server._attach/_detach.
+// _Listener(loop, sock, protocol_factory, server, backlog, tls=None):
+// accepts on `sock` (listening, non-blocking) until close(); each
+// connection gets protocol_factory() and a transport, and
+// server._attach/_detach; with `tls` (a TLS spec tuple), its handshake on
+// the native TLS engine first.
 PyObject* Listener_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
-  PyObject *loop, *sock, *factory, *server;
+  PyObject *loop, *sock, *factory, *server, *tls = Py_None;
   int backlog;
-  if (!PyArg_ParseTuple(args, "OOOOi:_Listener", &loop, &sock, &factory, &server, &backlog)) {
+  if (!PyArg_ParseTuple(args, "OOOOi|O:_Listener", &loop, &sock, &factory, &server, &backlog,
+                        &tls)) {
     return nullptr;
   }
   if (!IsLoop(loop)) {
@@ -250,6 +257,7 @@ PyObject* Listener_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
   if (self == nullptr) return nullptr;
   auto* a = new Acceptor(loop, sock, factory, server, values[0], values[1], values[2],
                          values[3], backlog);
+  if (tls != Py_None) a->tls_ = Py_NewRef(tls);
   a->io_ = FdTableRegisterTransport(loop, values[0], server, a);
   if (a->io_ == nullptr) {
     a->Unref();

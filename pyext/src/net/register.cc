@@ -2,12 +2,14 @@
 
 #include "pyext/src/net/datagram.h"
 #include "pyext/src/net/listener.h"
+#include "pyext/src/net/tls_context.h"
 #include "pyext/src/net/transport.h"
 
 namespace mt::pyext {
 
 int RegisterNetPackage(PyObject* module) {
-  if (RegisterTransportTypes(module) < 0 || RegisterListenerType(module) < 0) {
+  if (RegisterTransportTypes(module) < 0 || RegisterListenerType(module) < 0 ||
+      tls::RegisterTlsContextType(module) < 0) {
     return -1;
   }
   return RegisterDatagramType(module);

@@ -22,6 +22,9 @@
 #include "pyext/src/loop/strands.h"
 #include "pyext/src/loop/task.h"
 #include "pyext/src/net/connection_unit.h"
+#include "pyext/src/net/tls_context.h"
+#include "pyext/src/net/tls_engine.h"
+#include "pyext/src/net/tls_session.h"
 #include "pyext/src/net/transport_util.h"
 #include "runtime/io/driver.h"
 #include "runtime/scheduler/strand.h"
@@ -33,6 +36,8 @@ namespace {
 namespace io = runtime::io;
 namespace rt_task = runtime::task;
 using runtime::scheduler::Strand;
+using tls::TlsSession;
+using tls::TlsState;
 
 // stdlib's read size (selector_events max_size) and default write limits.
 constexpr std::size_t kReadSize = 256 * 1024;
@@ -133,6 +138,12 @@ class Conn final : public ConnectionUnit {
   // overtake a write a plain thread queued before starting that step.
   std::atomic<int> serialized_pending_{0};
 
+  // --- set before the first wake; the session's own state is guarded
+  // as tls_session.h says ---
+  // The native TLS engine's side of a TLS connection (ssl= a
+  // mt_asyncio.tls.TLSContext); nullptr for plain TCP.
+  std::unique_ptr<TlsSession> tls_;
+
   // --- the unit's own (on the strand) ---
   bool attached_ = false;  // server_._attach() was called (an accepted
                            // connection: by the acceptor, before the first wake).
@@ -141,6 +152,16 @@ class Conn final : public ConnectionUnit {
   // Sends from the buffer until it is empty or the socket is full. Under
   // mu_. Returns 0, EAGAIN, or another errno.
   int FlushLocked();
+
+  // TLS: close_notify first, then the socket once the peer's arrives
+  // (or ssl_shutdown_timeout passes).
+  void Close() override;
+  // Moves what the engine wrote (records, alerts) to the socket, or into
+  // the buffer behind what waits there; *buffered when the buffer grew.
+  // Under mu_. 0 or an errno.
+  int MoveCiphertextLocked(bool* buffered);
+  // _tls_timeout(): the handshake's or the shutdown's time is up.
+  void TlsTimeout();
 
  protected:
   bool BufferEmptyLocked() const override { return wbuf_.empty(); }
@@ -151,15 +172,43 @@ class Conn final : public ConnectionUnit {
   void Serve() override {
     FlushIfWritable();
     ServeWritableWaiter();
-    ReadOnce();
+    if (tls_ != nullptr) {
+      TlsServe();
+    } else {
+      ReadOnce();
+    }
   }
   void AfterLost() override;
+  bool ProtocolMade() const override { return tls_ != nullptr ? tls_->app_made : made_; }
+  void BeforeLost(PyObject* exc) override;
 
  private:
   bool Start();
   void ReadOnce();
   void FlushIfWritable();
   void ServeWritableWaiter();
+
+  // --- TLS, on the strand ---
+  void TlsServe();
+  // Steps the session with what it was fed: the handshake, the records,
+  // the shutdown.
+  void TlsAdvance();
+  void TlsHandshakeStep();
+  void TlsHandshakeDone();
+  // Fails the handshake with `exc` (consumed).
+  void TlsHandshakeFailed(PyObject* exc);
+  // Decrypts what the engine holds and hands it to the protocol.
+  void TlsDeliver();
+  // Hands `n` bytes of plaintext to the protocol; false once the
+  // connection failed or is lost.
+  bool TlsHandOver(const char* data, std::size_t n);
+  // The peer ended the stream: close_notify (`clean`) or a bare EOF.
+  void TlsPeerEnded(bool clean);
+  void TlsArmTimer(double seconds);
+  void TlsCancelTimer();
+  // Moves engine output and, when the buffer grew, wakes the unit to
+  // flush; a send error fails the connection.
+  void TlsSendAfter(int send_err, bool buffered);
 };
 
 // Sends as much of the buffer as the socket takes.
@@ -218,6 +267,19 @@ bool Conn::Start() {
 
 bool Conn::MakeConnection() {
   if (!Start()) return false;
+  if (tls_ != nullptr) {
+    // The protocol hears connection_made after the handshake, and
+    // create_connection's waiter resolves then (or fails with why).
+    tls_->waiter = std::exchange(waiter_, nullptr);
+    MtTlsError err{};
+    if (!tls_->Start(&err)) {
+      TlsHandshakeFailed(tls::MakeError(err));
+      return true;
+    }
+    TlsArmTimer(tls_->handshake_timeout);
+    TlsHandshakeStep();  // A client's ClientHello goes out now.
+    return true;
+  }
   PyObject* protocol = Protocol();
   PyObject* res = CallMethod(protocol, "connection_made", transport_);
   if (res == nullptr) {
@@ -243,7 +305,7 @@ void Conn::FlushIfWritable() {
     PyMutexGuard lock(mu_);
     err = FlushLocked();
     if (err == 0) {
-      if (closing_) {
+      if (closing_ && !awaiting_peer_close_) {
         // close() waited for the buffer: connection_lost(None) is due —
         // unless a paused protocol is about to hear resume_writing(),
         // which may still write (TLS's close_notify does): as stdlib,
@@ -440,6 +502,471 @@ void Conn::AfterLost() {
   Py_CLEAR(factory_);
 }
 
+// --- TLS on the native engine ---------------------------------------------------
+//
+// The engine's connection lives beside the socket: what recv() returns is
+// fed to it and stepped on the strand (handshake, records, shutdown);
+// plaintext goes to the protocol; what it writes (records, alerts,
+// close_notify) is sent at once when nothing waits, else buffered behind
+// what does. Every engine call is under mu_, so write() encrypts on the
+// caller's thread while the strand decrypts, one at a time per
+// connection and in parallel across connections.
+
+int Conn::MoveCiphertextLocked(bool* buffered) {
+  const MtTlsEngine* e = tls_->engine();
+  std::size_t n = 0;
+  const char* data = e->conn_out_peek(tls_->conn, &n);
+  if (n == 0) return 0;
+  std::size_t sent = 0;
+  int err = 0;
+  if (wbuf_.empty() && !lost_pending_) {
+    ssize_t r;
+    do {
+      r = send(fd_, data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r >= 0) {
+      sent = static_cast<std::size_t>(r);
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      err = errno;
+    }
+  }
+  if (err == 0 && sent < n) {
+    wbuf_.Append(data + sent, n - sent);
+    *buffered = true;
+  }
+  e->conn_out_consume(tls_->conn, n);
+  return err;
+}
+
+void Conn::TlsSendAfter(int send_err, bool buffered) {
+  if (send_err != 0) {
+    PyObject* exc = OsErrorFromErrno(send_err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    Fatal(exc, "Fatal write error on socket transport");
+    return;
+  }
+  if (buffered) Wake();  // FlushIfWritable sends the rest.
+}
+
+void Conn::TlsArmTimer(double seconds) {
+  TlsCancelTimer();
+  PyObject* callback = PyObject_GetAttrString(transport_, "_tls_timeout");
+  PyObject* handle = callback != nullptr
+                         ? PyObject_CallMethod(loop_, "call_later", "dO", seconds, callback)
+                         : nullptr;
+  Py_XDECREF(callback);
+  if (handle == nullptr) {
+    PyErr_WriteUnraisable(transport_);
+    return;
+  }
+  tls_->timer = handle;
+}
+
+void Conn::TlsCancelTimer() {
+  PyObject* timer = std::exchange(tls_->timer, nullptr);
+  if (timer == nullptr) return;
+  PyObject* r = PyObject_CallMethod(timer, "cancel", nullptr);
+  if (r == nullptr) PyErr_Clear();
+  Py_XDECREF(r);
+  Py_DECREF(timer);
+}
+
+void Conn::TlsTimeout() {
+  Py_CLEAR(tls_->timer);
+  TlsState state;
+  {
+    PyMutexGuard lock(mu_);
+    state = tls_->state;
+  }
+  if (state == TlsState::kHandshake) {
+    PyObject* exc = PyObject_CallFunction(
+        PyExc_ConnectionAbortedError, "s",
+        ("SSL handshake is taking longer than " + std::to_string(tls_->handshake_timeout) +
+         " seconds: aborting the connection")
+            .c_str());
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    TlsHandshakeFailed(exc);
+  } else if (state == TlsState::kShutdown) {
+    PyObject* exc = PyObject_CallFunction(PyExc_TimeoutError, "s", "SSL shutdown timed out");
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    ForceClose(exc);
+  }
+}
+
+void Conn::TlsHandshakeStep() {
+  const MtTlsEngine* e = tls_->engine();
+  MtTlsError err{};
+  int result;
+  int send_err;
+  bool buffered = false;
+  {
+    PyMutexGuard lock(mu_);
+    if (tls_->state != TlsState::kHandshake) return;
+    tls::HandshakeScope scope(transport_, &mu_);
+    result = e->conn_handshake(tls_->conn, &err);
+    send_err = MoveCiphertextLocked(&buffered);
+    if (result == MT_TLS_OK) tls_->state = TlsState::kWrapped;
+  }
+  if (result == MT_TLS_FAILED) {
+    // Its alert is on its way (sent above when the socket took it).
+    TlsHandshakeFailed(tls::MakeError(
+        err, tls_->server_hostname.empty() ? nullptr : tls_->server_hostname.c_str()));
+    return;
+  }
+  TlsSendAfter(send_err, buffered);
+  if (result == MT_TLS_OK) TlsHandshakeDone();
+}
+
+void Conn::TlsHandshakeFailed(PyObject* exc) {
+  {
+    PyMutexGuard lock(mu_);
+    tls_->state = TlsState::kDone;
+  }
+  TlsCancelTimer();
+  ResolveWaiter(&tls_->waiter, exc);
+  const int verify = PyObject_HasAttrString(exc, "verify_code");
+  Fatal(exc, verify ? "SSL handshake failed on verifying the certificate"
+                    : "SSL handshake failed");
+}
+
+void Conn::TlsHandshakeDone() {
+  TlsCancelTimer();
+  // What sslproto adds to the extra info (sslcontext, ssl_object, cipher,
+  // compression; peercert on first use), from mt_asyncio.tls.
+  PyObject* more = tls::OnHandshake(transport_);
+  if (more == nullptr || PyDict_Update(extra_, more) < 0) PyErr_WriteUnraisable(transport_);
+  Py_XDECREF(more);
+  tls_->app_made = true;
+  PyObject* protocol = Protocol();
+  if (protocol != nullptr) {
+    PyObject* res = CallMethod(protocol, "connection_made", transport_);
+    if (res == nullptr) {
+      LoopReportException(loop_, "Exception in callback ", protocol, nullptr, nullptr);
+    }
+    Py_XDECREF(res);
+    Py_DECREF(protocol);
+  }
+  ResolveWaiter(&tls_->waiter);
+  // Records that came with the handshake's last flight.
+  TlsDeliver();
+}
+
+bool Conn::TlsHandOver(const char* data, std::size_t n) {
+  PyObject* protocol = Protocol();
+  if (protocol == nullptr) return false;
+  bool buffered;
+  {
+    PyMutexGuard lock(mu_);
+    buffered = buffered_;
+  }
+  PyObject* res = nullptr;
+  const char* failure;
+  if (!buffered) {
+    PyObject* bytes = PyBytes_FromStringAndSize(data, static_cast<Py_ssize_t>(n));
+    res = bytes != nullptr ? CallMethod(protocol, "data_received", bytes) : nullptr;
+    Py_XDECREF(bytes);
+    failure = "Fatal error: protocol.data_received() call failed.";
+  } else {
+    // As many get_buffer()/buffer_updated() rounds as the protocol's
+    // buffers need.
+    failure = "Fatal error: protocol.get_buffer() call failed.";
+    res = Py_NewRef(Py_None);
+    while (n > 0 && res != nullptr) {
+      Py_CLEAR(res);
+      PyObject* size = PyLong_FromSize_t(n);
+      PyObject* buf = size != nullptr ? CallMethod(protocol, "get_buffer", size) : nullptr;
+      Py_XDECREF(size);
+      if (buf == nullptr) break;
+      Py_buffer view;
+      if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(buf);
+        break;
+      }
+      if (view.len == 0) {
+        PyBuffer_Release(&view);
+        Py_DECREF(buf);
+        PyErr_SetString(PyExc_RuntimeError, "get_buffer() returned an empty buffer");
+        break;
+      }
+      const std::size_t k = std::min(n, static_cast<std::size_t>(view.len));
+      std::memcpy(view.buf, data, k);
+      PyBuffer_Release(&view);
+      Py_DECREF(buf);
+      data += k;
+      n -= k;
+      PyObject* count = PyLong_FromSize_t(k);
+      res = count != nullptr ? CallMethod(protocol, "buffer_updated", count) : nullptr;
+      Py_XDECREF(count);
+      failure = "Fatal error: protocol.buffer_updated() call failed.";
+    }
+  }
+  Py_DECREF(protocol);
+  if (res == nullptr) {
+    PyObject* exc = PyErr_GetRaisedException();
+    if (IsExitException(exc)) {
+      LoopRaiseInRunner(loop_, exc);
+      return false;
+    }
+    Fatal(exc, failure);
+    return false;
+  }
+  Py_DECREF(res);
+  return true;
+}
+
+void Conn::TlsDeliver() {
+  const MtTlsEngine* e = tls_->engine();
+  thread_local std::unique_ptr<char[]> buffer(new char[kReadSize]);
+  for (;;) {
+    std::size_t total = 0;
+    int status = MT_TLS_OK;
+    MtTlsError err{};
+    int send_err;
+    bool buffered = false;
+    {
+      PyMutexGuard lock(mu_);
+      if (tls_->state != TlsState::kWrapped || reading_paused_ || lost_pending_) return;
+      // Records are at most 16 KiB: gather what is there into one
+      // delivery, as a plain connection's one recv() would be.
+      while (total < kReadSize && status == MT_TLS_OK) {
+        total += e->conn_read(tls_->conn, buffer.get() + total, kReadSize - total, &status, &err);
+      }
+      // Reading may answer (a key update, an alert).
+      send_err = MoveCiphertextLocked(&buffered);
+    }
+    if (total > 0 && !TlsHandOver(buffer.get(), total)) return;
+    if (status == MT_TLS_CLOSED) {
+      TlsPeerEnded(/*clean=*/true);
+      return;
+    }
+    if (status == MT_TLS_FAILED) {
+      Fatal(tls::MakeError(err), "Fatal error on SSL protocol");
+      return;
+    }
+    TlsSendAfter(send_err, buffered);
+    if (status == MT_TLS_WANT_READ) return;
+    // The buffer filled: more may be there; other units go first.
+    Wake(rt_task::ScheduleKind::kYield);
+    return;
+  }
+}
+
+void Conn::TlsPeerEnded(bool clean) {
+  TlsState state;
+  {
+    PyMutexGuard lock(mu_);
+    state = tls_->state;
+  }
+  if (state == TlsState::kHandshake) {
+    PyObject* exc = PyObject_CallNoArgs(PyExc_ConnectionResetError);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    TlsHandshakeFailed(exc);
+    return;
+  }
+  if (state == TlsState::kWrapped && !tls_->eof_delivered) {
+    tls_->eof_delivered = true;
+    PyObject* protocol = Protocol();
+    if (protocol != nullptr) {
+      PyObject* keep_open = CallMethod(protocol, "eof_received");
+      Py_DECREF(protocol);
+      if (keep_open == nullptr) {
+        Fatal(PyErr_GetRaisedException(), "Error calling eof_received()");
+        return;
+      }
+      const int keep = PyObject_IsTrue(keep_open);
+      Py_DECREF(keep_open);
+      if (keep < 0) PyErr_Clear();
+      if (keep > 0) {
+        PyObject* r = PyObject_CallMethod(
+            logger, "warning", "s", "returning true from eof_received() has no effect when using ssl");
+        Py_XDECREF(r);
+        PyErr_Clear();
+      }
+    }
+  }
+  if (clean) {
+    Close();  // Our close_notify answers theirs; nothing left to wait for.
+  }
+  // Either way nothing more will come: the socket closes once what is
+  // buffered is sent.
+  {
+    PyMutexGuard lock(mu_);
+    tls_->state = TlsState::kDone;
+    awaiting_peer_close_ = false;
+    if (!closing_) {
+      closing_ = true;
+    }
+  }
+  Wake();
+}
+
+void Conn::TlsAdvance() {
+  TlsState state;
+  {
+    PyMutexGuard lock(mu_);
+    state = tls_->state;
+  }
+  if (state == TlsState::kHandshake) {
+    TlsHandshakeStep();
+    return;  // TlsHandshakeDone delivers what came with it.
+  }
+  if (state == TlsState::kWrapped) {
+    TlsDeliver();
+    return;
+  }
+  if (state != TlsState::kShutdown) return;
+  // Waiting for the peer's close_notify: what comes before it is read and
+  // dropped, as sslproto's unwrap does.
+  const MtTlsEngine* e = tls_->engine();
+  thread_local std::unique_ptr<char[]> sink(new char[16384]);
+  int status = MT_TLS_OK;
+  MtTlsError err{};
+  int send_err;
+  bool buffered = false;
+  {
+    PyMutexGuard lock(mu_);
+    while (status == MT_TLS_OK) e->conn_read(tls_->conn, sink.get(), 16384, &status, &err);
+    send_err = MoveCiphertextLocked(&buffered);
+    if (status != MT_TLS_WANT_READ) {
+      tls_->state = TlsState::kDone;
+      awaiting_peer_close_ = false;
+    }
+  }
+  TlsSendAfter(send_err, buffered);
+  if (status != MT_TLS_WANT_READ) {
+    TlsCancelTimer();
+    Wake();  // FinishCloseIfDrained ends it.
+  }
+}
+
+void Conn::TlsServe() {
+  bool arm_shutdown;
+  {
+    PyMutexGuard lock(mu_);
+    if (lost_pending_) return;
+    arm_shutdown = tls_->state == TlsState::kShutdown && awaiting_peer_close_;
+  }
+  // close() may come from any thread; its timer is started here, so that
+  // it fires on this strand.
+  if (arm_shutdown && tls_->timer == nullptr) TlsArmTimer(tls_->shutdown_timeout);
+  // Plaintext the engine kept while reading was paused goes first.
+  TlsAdvance();
+  bool stop;
+  {
+    PyMutexGuard lock(mu_);
+    stop = lost_pending_ || (reading_paused_ && tls_->state == TlsState::kWrapped) ||
+           (closing_ && !awaiting_peer_close_ && tls_->state != TlsState::kHandshake);
+  }
+  if (stop || eof_seen_) return;
+  io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+  std::optional<io::ReadyEvent> ready = driver.PollReady(io_, io::Direction::kRead, this);
+  if (!ready) return;  // Armed.
+  thread_local std::unique_ptr<char[]> buffer(new char[kReadSize]);
+  ssize_t n;
+  do {
+    n = recv(fd_, buffer.get(), kReadSize, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    const int err = errno;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+      if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
+      return;
+    }
+    PyObject* exc = OsErrorFromErrno(err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    Fatal(exc, "Fatal read error on socket transport");
+    return;
+  }
+  if (n == 0) {
+    eof_seen_ = true;
+    if (GetDebug(loop_)) {
+      PyObject* r = PyObject_CallMethod(logger, "debug", "sO", "%r received EOF", transport_);
+      Py_XDECREF(r);
+      PyErr_Clear();
+    }
+    TlsPeerEnded(/*clean=*/false);
+    return;
+  }
+  {
+    PyMutexGuard lock(mu_);
+    tls_->engine()->conn_feed(tls_->conn, buffer.get(), static_cast<std::size_t>(n));
+  }
+  TlsAdvance();
+  if (static_cast<std::size_t>(n) < kReadSize) {
+    driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+    if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
+  } else {
+    Wake(rt_task::ScheduleKind::kYield);
+  }
+}
+
+void Conn::Close() {
+  if (tls_ == nullptr) {
+    ConnectionUnit::Close();
+    return;
+  }
+  bool abort = false;
+  bool plain = false;
+  int send_err = 0;
+  bool buffered = false;
+  {
+    PyMutexGuard lock(mu_);
+    if (closing_) return;
+    switch (tls_->state) {
+      case TlsState::kHandshake:
+        abort = true;  // As sslproto: nothing to say to a peer mid-handshake.
+        break;
+      case TlsState::kWrapped: {
+        closing_ = true;
+        tls_->state = TlsState::kShutdown;
+        MtTlsError err{};
+        const int r = tls_->engine()->conn_shutdown(tls_->conn, &err);
+        send_err = MoveCiphertextLocked(&buffered);
+        if (r == MT_TLS_WANT_READ && !eof_seen_) {
+          awaiting_peer_close_ = true;
+        } else {
+          tls_->state = TlsState::kDone;
+        }
+        break;
+      }
+      default:
+        plain = true;
+        break;
+    }
+  }
+  if (abort) {
+    ForceClose(nullptr);
+    return;
+  }
+  if (plain) {
+    ConnectionUnit::Close();
+    return;
+  }
+  if (send_err != 0) {
+    PyObject* exc = OsErrorFromErrno(send_err);
+    if (exc == nullptr) exc = PyErr_GetRaisedException();
+    ForceClose(exc);
+    return;
+  }
+  Wake();  // The strand flushes, arms the shutdown timer, finishes.
+}
+
+void Conn::BeforeLost(PyObject* exc) {
+  if (tls_ == nullptr) return;
+  TlsCancelTimer();
+  if (tls_->waiter != nullptr) {
+    PyObject* why = exc != nullptr ? Py_NewRef(exc)
+                                   : PyObject_CallFunction(PyExc_ConnectionResetError, "s",
+                                                           "Connection lost during the TLS handshake");
+    if (why == nullptr) why = PyErr_GetRaisedException();
+    ResolveWaiter(&tls_->waiter, why);
+    Py_DECREF(why);
+  }
+  PyMutexGuard lock(mu_);
+  tls_->state = TlsState::kDone;
+}
+
 // --- SocketTransport ---------------------------------------------------------------
 
 Conn* ConnOf(PyObject* self) { return static_cast<Conn*>(UnitOf(self)); }
@@ -474,6 +1001,7 @@ PyObject* WriteViews(PyObject* self, Py_buffer* views, std::size_t count,
   bool wake = false;
   bool pause = false;
   bool in_sendfile = false;
+  std::unique_ptr<MtTlsError> tls_failed;
   {
     PyMutexGuard lock(c->mu_);
     if (c->eof_requested_) {
@@ -485,6 +1013,28 @@ PyObject* WriteViews(PyObject* self, Py_buffer* views, std::size_t count,
     } else if (c->conn_lost_ > 0) {
       warn = c->conn_lost_ >= kLogConnLostWrites;
       ++c->conn_lost_;
+    } else if (c->tls_ != nullptr) {
+      // Encrypted here, on the caller's thread, under the lock: writes
+      // from many threads each pay for their own records. After close()
+      // (the shutdown has begun) writes are dropped, as sslproto's.
+      if (c->tls_->state == TlsState::kWrapped) {
+        const bool was_empty = c->wbuf_.empty();
+        const MtTlsEngine* e = c->tls_->engine();
+        for (std::size_t i = 0; i < count && tls_failed == nullptr; ++i) {
+          MtTlsError tls_err{};
+          if (e->conn_write(c->tls_->conn, static_cast<const char*>(views[i].buf),
+                            static_cast<std::size_t>(views[i].len), &tls_err) != MT_TLS_OK) {
+            tls_failed = std::make_unique<MtTlsError>(tls_err);
+          }
+        }
+        bool buffered = false;
+        err = c->MoveCiphertextLocked(&buffered);
+        wake = was_empty && !c->wbuf_.empty();
+        if (!c->want_paused_ && c->wbuf_.size() > c->high_water_) {
+          c->want_paused_ = true;
+          pause = true;
+        }
+      }
     } else {
       const bool was_empty = c->wbuf_.empty();
       std::size_t skip = 0;
@@ -540,6 +1090,10 @@ PyObject* WriteViews(PyObject* self, Py_buffer* views, std::size_t count,
     Py_XDECREF(r);
     PyErr_Clear();
   }
+  if (tls_failed != nullptr) {
+    c->Fatal(tls::MakeError(*tls_failed), "Fatal error on SSL protocol", self);
+    Py_RETURN_NONE;
+  }
   if (err != 0) {
     PyObject* exc = OsErrorFromErrno(err);
     if (exc == nullptr) exc = PyErr_GetRaisedException();
@@ -584,6 +1138,10 @@ PyObject* Transport_writelines(PyObject* self, PyObject* list_of_data) {
 
 PyObject* Transport_write_eof(PyObject* self, PyObject*) {
   Conn* c = ConnOf(self);
+  if (c->tls_ != nullptr) {
+    PyErr_SetString(PyExc_NotImplementedError, "SSL doesn't support half-closes");
+    return nullptr;
+  }
   bool shut_now = false;
   {
     PyMutexGuard lock(c->mu_);
@@ -597,7 +1155,9 @@ PyObject* Transport_write_eof(PyObject* self, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyObject* Transport_can_write_eof(PyObject*, PyObject*) { Py_RETURN_TRUE; }
+PyObject* Transport_can_write_eof(PyObject* self, PyObject*) {
+  return PyBool_FromLong(ConnOf(self)->tls_ == nullptr);
+}
 
 
 
@@ -745,7 +1305,45 @@ PyObject* Transport_wait_writable(PyObject* self, PyObject*) {
   return fut;
 }
 
-PyObject* Transport_start_tls_compatible(PyObject*, void*) { Py_RETURN_TRUE; }
+// _tls_timeout(): the TLS handshake's or shutdown's timer fired (on the
+// strand: it was started there).
+PyObject* Transport_tls_timeout(PyObject* self, PyObject*) {
+  Conn* c = ConnOf(self);
+  if (c->tls_ != nullptr) c->TlsTimeout();
+  Py_RETURN_NONE;
+}
+
+// _tls_info(what, index=0): what the TLS handshake settled (TlsSession::Info).
+PyObject* Transport_tls_info(PyObject* self, PyObject* args) {
+  const char* what;
+  Py_ssize_t index = 0;
+  if (!PyArg_ParseTuple(args, "s|n:_tls_info", &what, &index)) return nullptr;
+  Conn* c = ConnOf(self);
+  if (c->tls_ == nullptr) Py_RETURN_NONE;
+  PyMutexGuard lock(c->mu_);
+  return c->tls_->Info(what, index);
+}
+
+// _tls_set_context(core): the SNI callback's choice of certificate.
+PyObject* Transport_tls_set_context(PyObject* self, PyObject* core) {
+  Conn* c = ConnOf(self);
+  if (c->tls_ == nullptr) {
+    PyErr_SetString(PyExc_ValueError, "not a TLS connection");
+    return nullptr;
+  }
+  PyMutexGuard lock(c->mu_);
+  return c->tls_->SetContext(core);
+}
+
+PyObject* Transport_is_tls(PyObject* self, void*) {
+  return PyBool_FromLong(ConnOf(self)->tls_ != nullptr);
+}
+
+// start_tls() over a TLS connection goes through the ssl module's
+// protocol, which needs the transport's plain byte stream.
+PyObject* Transport_start_tls_compatible(PyObject* self, void*) {
+  return PyBool_FromLong(ConnOf(self)->tls_ == nullptr);
+}
 
 // Whether the protocol is (or is about to be) paused for writing; what a
 // sendfile fallback swapping protocols must hand back.
@@ -758,6 +1356,7 @@ PyObject* Transport_protocol_paused(PyObject* self, void*) {
 PyGetSetDef transport_getset[] = {
     {"_start_tls_compatible", Transport_start_tls_compatible, nullptr, nullptr, nullptr},
     {"_protocol_paused", Transport_protocol_paused, nullptr, nullptr, nullptr},
+    {"_is_tls", Transport_is_tls, nullptr, nullptr, nullptr},
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
@@ -793,6 +1392,9 @@ PyMethodDef transport_methods[] = {
     {"_sendfile_begin", Transport_sendfile_begin, METH_NOARGS, nullptr},
     {"_sendfile_end", Transport_sendfile_end, METH_NOARGS, nullptr},
     {"_wait_writable", Transport_wait_writable, METH_NOARGS, nullptr},
+    {"_tls_timeout", Transport_tls_timeout, METH_NOARGS, nullptr},
+    {"_tls_info", Transport_tls_info, METH_VARARGS, "What the TLS handshake settled."},
+    {"_tls_set_context", Transport_tls_set_context, METH_O, "Switch the TLS context (SNI)."},
     {"_call_serialized",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_call_serialized)),
      METH_FASTCALL, "Run a callable on this connection's strand."},
@@ -853,17 +1455,25 @@ PyObject* NewTransport(PyObject* loop, PyObject* sock, Conn** out,
   return reinterpret_cast<PyObject*>(t);
 }
 
-// _make_socket_transport(loop, sock, protocol, waiter, extra, server)
+// _make_socket_transport(loop, sock, protocol, waiter, extra, server[, tls])
+//
+// `tls`: a TLS spec (TlsSession::FromSpec) for a connection on the native
+// TLS engine; the protocol then hears connection_made after the handshake.
 //
 // A client-side (or connect_accepted_socket) connection. It runs on the
 // calling strand if there is one; otherwise on a new strand that the
 // calling task joins, so the task that reads what the protocol is fed
 // never runs at the same time as the protocol's callbacks.
 PyObject* MakeSocketTransport(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 6 || !IsLoop(args[0])) {
+  if ((nargs != 6 && nargs != 7) || !IsLoop(args[0])) {
     PyErr_SetString(PyExc_TypeError,
-                    "_make_socket_transport(loop, sock, protocol, waiter, extra, server)");
+                    "_make_socket_transport(loop, sock, protocol, waiter, extra, server[, tls])");
     return nullptr;
+  }
+  std::unique_ptr<TlsSession> tls;
+  if (nargs == 7 && args[6] != Py_None) {
+    tls = TlsSession::FromSpec(args[6]);
+    if (tls == nullptr) return nullptr;
   }
   PyObject* loop = args[0];
   PyObject* sock = args[1];
@@ -881,6 +1491,7 @@ PyObject* MakeSocketTransport(PyObject*, PyObject* const* args, Py_ssize_t nargs
   c->extra_ = extra;
   c->protocol_ = Py_NewRef(protocol);
   c->buffered_ = buffered > 0;
+  c->tls_ = std::move(tls);
   if (args[3] != Py_None) c->waiter_ = Py_NewRef(args[3]);
   if (args[5] != Py_None) c->server_ = Py_NewRef(args[5]);
   c->io_ = FdTableRegisterTransport(loop, c->fd_, transport, c);
@@ -906,10 +1517,16 @@ PyObject* MakeSocketTransport(PyObject*, PyObject* const* args, Py_ssize_t nargs
 
 int StartAcceptedTransport(PyObject* loop, PyObject* sock, PyObject* factory,
                            PyObject* server, PyObject* context,
-                           runtime::scheduler::Strand* owner) {
+                           runtime::scheduler::Strand* owner, PyObject* tls_spec) {
+  std::unique_ptr<TlsSession> tls;
+  if (tls_spec != nullptr && tls_spec != Py_None) {
+    tls = TlsSession::FromSpec(tls_spec);
+    if (tls == nullptr) return -1;
+  }
   Conn* c;
   PyObject* transport = NewTransport(loop, sock, &c, context);
   if (transport == nullptr) return -1;
+  c->tls_ = std::move(tls);
   c->extra_ = MakeExtra(sock, nullptr);
   if (c->extra_ == nullptr) PyErr_Clear();
   c->factory_ = Py_NewRef(factory);

@@ -33,13 +33,14 @@ int RegisterTransportTypes(PyObject* module);
 // (borrowed; the transport owns the socket from here on), whose protocol
 // `factory` makes when it starts, attached to `server` (server._attach)
 // and started on a new strand, a child of `owner` (or none), its callbacks
-// in a copy of `context`. Connections spread over the workers this way:
+// in a copy of `context`; with `tls_spec` (a TLS spec tuple, or nullptr
+// or None), on the native TLS engine. Connections spread over the workers this way:
 // each starts as a new strand queued on the accepting worker, which idle
 // workers steal from, so one listening socket serves every core.
 // 0, or -1 with an error set and nothing made (the caller closes `sock`).
 int StartAcceptedTransport(PyObject* loop, PyObject* sock, PyObject* factory,
                            PyObject* server, PyObject* context,
-                           runtime::scheduler::Strand* owner);
+                           runtime::scheduler::Strand* owner, PyObject* tls_spec = nullptr);
 
 }  // namespace mt::pyext
 

@@ -189,7 +189,26 @@ PyObject* GetExtraInfo(PyObject* extra, PyObject* const* args, Py_ssize_t nargs)
   PyObject* value;
   const int found = PyDict_GetItemRef(extra, args[0], &value);
   if (found < 0) return nullptr;
-  return found ? value : Py_NewRef(dflt);
+  if (found) return value;
+  // A native TLS connection decodes its peer's certificate into the ssl
+  // module's dict when first asked: most connections never ask.
+  if (PyUnicode_Check(args[0]) && PyUnicode_CompareWithASCIIString(args[0], "peercert") == 0) {
+    PyObject* ssl_object;
+    if (PyDict_GetItemStringRef(extra, "ssl_object", &ssl_object) > 0) {
+      PyObject* cert = PyObject_CallMethod(ssl_object, "getpeercert", nullptr);
+      Py_DECREF(ssl_object);
+      if (cert == nullptr) return nullptr;
+      PyObject* kept;
+      if (PyDict_SetDefaultRef(extra, args[0], cert, &kept) < 0) {
+        Py_DECREF(cert);
+        return nullptr;
+      }
+      Py_DECREF(cert);
+      return kept;
+    }
+    PyErr_Clear();
+  }
+  return Py_NewRef(dflt);
 }
 
 void ResolveWaiter(PyObject** waiter, PyObject* exc) {

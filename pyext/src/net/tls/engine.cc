@@ -24,7 +24,6 @@
 struct MtTlsCtx {
   SSL_CTX* ssl_ctx = nullptr;
   std::atomic<int> refs{1};
-  bool server = false;
   int verify_mode = MT_TLS_VERIFY_NONE;
   bool check_hostname = false;
   MtTlsKeylogFn keylog = nullptr;
@@ -215,7 +214,9 @@ int SelectAlpn(SSL* ssl, const uint8_t** out, uint8_t* out_len, const uint8_t* i
 int NewSession(SSL* ssl, SSL_SESSION* session) {
   MtTlsConn* conn = ConnOf(ssl);
   MtTlsCtx* ctx = CtxOf(ssl);
-  if (conn == nullptr || ctx == nullptr || conn->server_name.empty()) return 0;
+  if (SSL_is_server(ssl) || conn == nullptr || ctx == nullptr || conn->server_name.empty()) {
+    return 0;
+  }
   std::lock_guard<std::mutex> lock(ctx->sessions_mu);
   SSL_SESSION*& slot = ctx->sessions[conn->server_name];
   if (slot != nullptr) SSL_SESSION_free(slot);
@@ -244,6 +245,10 @@ enum ssl_select_cert_result_t SelectCertificate(const SSL_CLIENT_HELLO* hello) {
     if (!shared) continue;
     if (!names.empty()) names += ':';
     names += SSL_CIPHER_get_name(cipher);
+    names += '/';
+    names += SSL_CIPHER_get_min_version(cipher) >= TLS1_3_VERSION ? "TLSv1.3" : "TLSv1.2";
+    names += '/';
+    names += std::to_string(SSL_CIPHER_get_bits(cipher, nullptr));
   }
   conn->shared_ciphers = std::move(names);
   return ssl_select_cert_success;
@@ -253,7 +258,7 @@ enum ssl_select_cert_result_t SelectCertificate(const SSL_CLIENT_HELLO* hello) {
 
 const char* LibraryVersion() { return OpenSSL_version(OPENSSL_VERSION); }
 
-MtTlsCtx* CtxNew(int server_side, MtTlsError* err) {
+MtTlsCtx* CtxNew(MtTlsError* err) {
   InitIndexes();
   SSL_CTX* ssl_ctx = SSL_CTX_new(TLS_method());
   if (ssl_ctx == nullptr) {
@@ -262,7 +267,6 @@ MtTlsCtx* CtxNew(int server_side, MtTlsError* err) {
   }
   auto* ctx = new MtTlsCtx();
   ctx->ssl_ctx = ssl_ctx;
-  ctx->server = server_side != 0;
   SSL_CTX_set_ex_data(ssl_ctx, ctx_index, ctx);
   // Peers that do not renegotiate are the only ones we talk to; BoringSSL
   // refuses a renegotiation by default, and so do we (asyncio's sslproto
@@ -270,15 +274,16 @@ MtTlsCtx* CtxNew(int server_side, MtTlsError* err) {
   SSL_CTX_set_keylog_callback(ssl_ctx, KeylogLine);
   SSL_CTX_set_mode(ssl_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
                                 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  if (ctx->server) {
-    SSL_CTX_set_tlsext_servername_callback(ssl_ctx, ServerName);
-    SSL_CTX_set_alpn_select_cb(ssl_ctx, SelectAlpn, nullptr);
-    SSL_CTX_set_select_certificate_cb(ssl_ctx, SelectCertificate);
-    SSL_CTX_set_session_cache_mode(ssl_ctx, SSL_SESS_CACHE_SERVER);
-  } else {
-    SSL_CTX_set_session_cache_mode(ssl_ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL);
-    SSL_CTX_sess_set_new_cb(ssl_ctx, NewSession);
-  }
+  // The server's hooks act only on accepted connections, the client's
+  // session cache only on connecting ones.
+  SSL_CTX_set_tlsext_servername_callback(ssl_ctx, ServerName);
+  SSL_CTX_set_alpn_select_cb(ssl_ctx, SelectAlpn, nullptr);
+  SSL_CTX_set_select_certificate_cb(ssl_ctx, SelectCertificate);
+  // Servers keep sessions in BoringSSL's cache (TLS 1.2 session IDs);
+  // clients in ours, by server name (NewSession).
+  SSL_CTX_set_session_cache_mode(ssl_ctx, SSL_SESS_CACHE_BOTH | SSL_SESS_CACHE_NO_INTERNAL_LOOKUP |
+                                              SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(ssl_ctx, NewSession);
   // As the ssl module: a wildcard only as a whole left-most label.
   X509_VERIFY_PARAM_set_hostflags(SSL_CTX_get0_param(ssl_ctx),
                                   X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
@@ -420,7 +425,8 @@ void ApplyVerify(MtTlsCtx* ctx) {
   if (ctx->verify_mode == MT_TLS_VERIFY_OPTIONAL) {
     mode = SSL_VERIFY_PEER;
   } else if (ctx->verify_mode == MT_TLS_VERIFY_REQUIRED) {
-    mode = SSL_VERIFY_PEER | (ctx->server ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0);
+    // Ignored by clients, which always fail without a server certificate.
+    mode = SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
   }
   SSL_CTX_set_verify(ctx->ssl_ctx, mode, nullptr);
 }
@@ -492,7 +498,7 @@ int CtxSetCurves(MtTlsCtx* ctx, const char* spec, MtTlsError* err) {
 
 int CtxSetAlpn(MtTlsCtx* ctx, const uint8_t* wire, size_t len, MtTlsError* err) {
   ctx->alpn.assign(reinterpret_cast<const char*>(wire), len);
-  if (!ctx->server && SSL_CTX_set_alpn_protos(ctx->ssl_ctx, wire, len) != 0) {
+  if (SSL_CTX_set_alpn_protos(ctx->ssl_ctx, wire, len) != 0) {
     FromQueue(err, MT_TLS_ERR_ARGUMENT, "bad ALPN protocol list");
     return MT_TLS_FAILED;
   }
@@ -508,6 +514,21 @@ int CtxSetTickets(MtTlsCtx* ctx, int enabled, int count) {
   }
   (void)count;  // BoringSSL's TLS 1.3 server sends two; not configurable.
   return MT_TLS_OK;
+}
+
+void CtxSetCheckCommonName(MtTlsCtx* ctx, int enabled) {
+  X509_VERIFY_PARAM* param = SSL_CTX_get0_param(ctx->ssl_ctx);
+  unsigned flags = X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS;
+  if (!enabled) flags |= X509_CHECK_FLAG_NEVER_CHECK_SUBJECT;
+  X509_VERIFY_PARAM_set_hostflags(param, flags);
+}
+
+void CtxSetServerPreference(MtTlsCtx* ctx, int enabled) {
+  if (enabled) {
+    SSL_CTX_set_options(ctx->ssl_ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
+  } else {
+    SSL_CTX_clear_options(ctx->ssl_ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
+  }
 }
 
 void CtxSetKeylog(MtTlsCtx* ctx, MtTlsKeylogFn fn, void* arg) {
@@ -536,7 +557,7 @@ bool IsIpAddress(const char* name) {
   return inet_pton(AF_INET, name, buf) == 1 || inet_pton(AF_INET6, name, buf) == 1;
 }
 
-MtTlsConn* ConnNew(MtTlsCtx* ctx, const char* server_name, MtTlsError* err) {
+MtTlsConn* ConnNew(MtTlsCtx* ctx, int server_side, const char* server_name, MtTlsError* err) {
   ERR_clear_error();
   SSL* ssl = SSL_new(ctx->ssl_ctx);
   if (ssl == nullptr) {
@@ -552,7 +573,7 @@ MtTlsConn* ConnNew(MtTlsCtx* ctx, const char* server_name, MtTlsError* err) {
   BIO_set_data(bio, conn);
   BIO_set_init(bio, 1);
   SSL_set_bio(ssl, bio, bio);  // One BIO for both directions; SSL owns it.
-  if (ctx->server) {
+  if (server_side) {
     SSL_set_accept_state(ssl);
     return conn;
   }
@@ -768,6 +789,8 @@ constexpr MtTlsEngine kEngine = {
     .ctx_set_curves = CtxSetCurves,
     .ctx_set_alpn = CtxSetAlpn,
     .ctx_set_tickets = CtxSetTickets,
+    .ctx_set_check_common_name = CtxSetCheckCommonName,
+    .ctx_set_server_preference = CtxSetServerPreference,
     .ctx_set_keylog = CtxSetKeylog,
     .ctx_set_server_name_hook = CtxSetServerNameHook,
     .ctx_cipher_names = CtxCipherNames,

@@ -83,7 +83,9 @@ typedef struct {
   const char* (*library_version)(void);  // "BoringSSL ...".
 
   // --- contexts: reference counted ---
-  MtTlsCtx* (*ctx_new)(int server_side, MtTlsError* err);
+  // A context serves either side, as an ssl.SSLContext of PROTOCOL_TLS
+  // does; each connection says which it is.
+  MtTlsCtx* (*ctx_new)(MtTlsError* err);
   void (*ctx_ref)(MtTlsCtx* ctx);
   void (*ctx_unref)(MtTlsCtx* ctx);
   // PEM chain (leaf first) and PEM key; `password` may be NULL.
@@ -105,6 +107,11 @@ typedef struct {
   int (*ctx_set_alpn)(MtTlsCtx* ctx, const uint8_t* wire, size_t len, MtTlsError* err);
   // Session tickets (servers: issue them; TLS 1.3 sends `count`).
   int (*ctx_set_tickets)(MtTlsCtx* ctx, int enabled, int count);
+  // Whether a certificate's subject CN counts when it has no DNS names
+  // (ssl.SSLContext.hostname_checks_common_name).
+  void (*ctx_set_check_common_name)(MtTlsCtx* ctx, int enabled);
+  // The server picks the cipher from its own list first.
+  void (*ctx_set_server_preference)(MtTlsCtx* ctx, int enabled);
   void (*ctx_set_keylog)(MtTlsCtx* ctx, MtTlsKeylogFn fn, void* arg);
   void (*ctx_set_server_name_hook)(MtTlsCtx* ctx, MtTlsServerNameFn fn, void* arg);
   // The names of the ciphers this context offers, ':'-separated, into
@@ -112,10 +119,10 @@ typedef struct {
   size_t (*ctx_cipher_names)(MtTlsCtx* ctx, char* out, size_t cap);
 
   // --- connections ---
-  // `server_name` (clients): SNI and the name checked against the
-  // certificate; NULL or "" for none. `session`: a session to resume, or
-  // NULL.
-  MtTlsConn* (*conn_new)(MtTlsCtx* ctx, const char* server_name, MtTlsError* err);
+  // `server_name` (clients): SNI, the name checked against the
+  // certificate, and the key of the session cache; NULL or "" for none.
+  MtTlsConn* (*conn_new)(MtTlsCtx* ctx, int server_side, const char* server_name,
+                         MtTlsError* err);
   void (*conn_free)(MtTlsConn* conn);
   // Switches the connection's certificate and settings (from the SNI hook).
   int (*conn_set_ctx)(MtTlsConn* conn, MtTlsCtx* ctx);
@@ -153,7 +160,8 @@ typedef struct {
   long (*conn_verify_result)(MtTlsConn* conn);
   int (*conn_session_reused)(MtTlsConn* conn);
   int (*conn_is_server)(MtTlsConn* conn);
-  // Ciphers both sides offer (a server, in the ClientHello), ':'-separated.
+  // Ciphers both sides offer (a server, in the ClientHello), ':'-separated
+  // "name/version/bits" entries.
   size_t (*conn_shared_ciphers)(MtTlsConn* conn, char* out, size_t cap);
 } MtTlsEngine;
 

@@ -43,8 +43,8 @@ class EngineFuzzTest : public ::testing::Test {
  protected:
   void SetUp() override {
     MtTlsError err;
-    server_ctx_ = E().ctx_new(1, &err);
-    client_ctx_ = E().ctx_new(0, &err);
+    server_ctx_ = E().ctx_new(&err);
+    client_ctx_ = E().ctx_new(&err);
     const auto id = pki_.Leaf("localhost", "DNS:localhost");
     ASSERT_EQ(E().ctx_use_cert_chain(server_ctx_, id.cert_pem.data(), id.cert_pem.size(),
                                      id.key_pem.data(), id.key_pem.size(), nullptr, 0, &err),
@@ -59,7 +59,8 @@ class EngineFuzzTest : public ::testing::Test {
   // it after each, then reads and shuts down. Returns whether it failed.
   bool Feed(MtTlsCtx* ctx, const std::string& input, std::mt19937& rng) {
     MtTlsError err;
-    MtTlsConn* conn = E().conn_new(ctx, ctx == client_ctx_ ? "localhost" : nullptr, &err);
+    const bool client = ctx == client_ctx_;
+    MtTlsConn* conn = E().conn_new(ctx, !client, client ? "localhost" : nullptr, &err);
     EXPECT_NE(conn, nullptr);
     int state = E().conn_handshake(conn, &err);
     Drain(conn);
@@ -89,8 +90,8 @@ class EngineFuzzTest : public ::testing::Test {
   // A real client's first flight and a real server's answer to it.
   void Capture(std::string* client_flight, std::string* server_flight) {
     MtTlsError err;
-    MtTlsConn* c = E().conn_new(client_ctx_, "localhost", &err);
-    MtTlsConn* s = E().conn_new(server_ctx_, nullptr, &err);
+    MtTlsConn* c = E().conn_new(client_ctx_, 0, "localhost", &err);
+    MtTlsConn* s = E().conn_new(server_ctx_, 1, nullptr, &err);
     E().conn_handshake(c, &err);
     *client_flight = Drain(c);
     E().conn_feed(s, client_flight->data(), client_flight->size());
@@ -160,8 +161,8 @@ TEST_F(EngineFuzzTest, GarbageAfterTheHandshakeFailsTheConnection) {
   std::mt19937 rng(3);
   MtTlsError err;
   for (int i = 0; i < 50; ++i) {
-    MtTlsConn* c = E().conn_new(client_ctx_, "localhost", &err);
-    MtTlsConn* s = E().conn_new(server_ctx_, nullptr, &err);
+    MtTlsConn* c = E().conn_new(client_ctx_, 0, "localhost", &err);
+    MtTlsConn* s = E().conn_new(server_ctx_, 1, nullptr, &err);
     int cr = MT_TLS_WANT_READ, sr = MT_TLS_WANT_READ;
     for (int k = 0; k < 10 && (cr != MT_TLS_OK || sr != MT_TLS_OK); ++k) {
       if (cr == MT_TLS_WANT_READ) cr = E().conn_handshake(c, &err);
