@@ -130,14 +130,13 @@ def _decode_der(der):
         os.close(fd)
 
 
-class TLSObject:
-    """What ``get_extra_info('ssl_object')`` gives on the native engine:
-    the methods of ``ssl.SSLObject`` that users call. The engine drives the
-    connection, so reading, writing and unwrapping are not here."""
+class TLSObject(_ssl.SSLObject):
+    """What ``get_extra_info('ssl_object')`` gives on the native engine: an
+    ``ssl.SSLObject`` (isinstance() holds) answering the methods users
+    call from the engine's connection. The engine drives the connection,
+    so reading, writing, handshaking and unwrapping through it raise."""
 
-    __slots__ = ("_transport", "_context", "__weakref__")
-
-    def __init__(self, transport):
+    def __init__(self, transport):  # noqa: super().__init__ refuses on purpose.
         self._transport = transport
         self._context = transport._tls_info("context")
 
@@ -218,6 +217,23 @@ class TLSObject:
         if cb_type not in _ssl.CHANNEL_BINDING_TYPES:
             raise ValueError(f"{cb_type} channel binding type not implemented")
         return None  # Not offered by the engine (nor defined for TLS 1.3).
+
+    @property
+    def session(self):
+        return None  # Sessions are cached per context, by server name.
+
+    @session.setter
+    def session(self, session):
+        raise NotImplementedError(
+            "mt_asyncio.tls: the engine resumes sessions from its context's "
+            "cache (by server name); it takes no SSLSession")
+
+    def _driven(self, *args, **kwargs):
+        raise NotImplementedError(
+            "mt_asyncio.tls: the native engine drives this connection; use "
+            "the transport")
+
+    read = write = do_handshake = unwrap = verify_client_post_handshake = _driven
 
 
 # ssl.TLSVersion to wire versions (0: no bound).

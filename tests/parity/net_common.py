@@ -2,6 +2,7 @@
 themselves, recording protocols, bounded waits."""
 
 import contextlib
+import contextvars
 
 # Every wait in a network scenario is bounded: a hang fails, it does not
 # stall the suite.
@@ -120,13 +121,25 @@ def tls_certs():
     return _CERTS
 
 
+# Whether server_context() and client_context() make mt_asyncio.tls
+# contexts (the TLS scenarios' "_native" variants set it).
+NATIVE_TLS = contextvars.ContextVar("NATIVE_TLS", default=False)
+
+
+def _make_context(*args, **kwargs):
+    import ssl
+    if NATIVE_TLS.get():
+        from mt_asyncio import tls
+        return tls.create_default_context(*args, **kwargs)
+    return ssl.create_default_context(*args, **kwargs)
+
+
 def server_context(which="localhost"):
     import ssl
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx = _make_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(*tls_certs()[which])
     return ctx
 
 
 def client_context():
-    import ssl
-    return ssl.create_default_context(cafile=tls_certs()["ca"])
+    return _make_context(cafile=tls_certs()["ca"])

@@ -1,4 +1,7 @@
-"""Scenarios: TLS with the ssl module (a test CA made by the suite)."""
+"""Scenarios: TLS with the ssl module (a test CA made by the suite), and
+again with mt_asyncio.tls contexts (the ``_native`` variants): stdlib's
+loop runs those through the ssl module (a TLSContext is an
+ssl.SSLContext), ours on the native BoringSSL engine."""
 
 import os
 import socket
@@ -7,11 +10,39 @@ import tempfile
 import threading
 
 from harness import aobserve, scenario, since
-from net_common import (TIMEOUT, client_context, close_writer, echo_handler,
-                        make_recorder, port_of, server_context, tls_certs)
+from net_common import (NATIVE_TLS, TIMEOUT, client_context, close_writer,
+                        echo_handler, make_recorder, port_of, server_context,
+                        tls_certs)
 
 
-@scenario
+class _Native:
+    """A scenario run with TLSContext contexts, registered as
+    ``<name>_native``."""
+
+    def __init__(self, fn):
+        self._fn = fn
+        self.__name__ = fn.__name__ + "_native"
+        self.__module__ = fn.__module__
+
+    def __getattr__(self, name):  # since()'s marks, set on the original.
+        return getattr(self._fn, name)
+
+    async def __call__(self, aio):
+        token = NATIVE_TLS.set(True)
+        try:
+            return await self._fn(aio)
+        finally:
+            NATIVE_TLS.reset(token)
+
+
+def both_paths(fn):
+    """Registers a scenario as it is and as its native variant."""
+    scenario(fn)
+    scenario(_Native(fn))
+    return fn
+
+
+@both_paths
 async def tls_stream_echo_and_extra_info(aio):
     server = await aio.start_server(echo_handler, "127.0.0.1", 0,
                                     ssl=server_context())
@@ -32,7 +63,7 @@ async def tls_stream_echo_and_extra_info(aio):
     return [got, info]
 
 
-@scenario
+@both_paths
 async def tls_large_transfer_both_ways(aio):
     server = await aio.start_server(echo_handler, "127.0.0.1", 0,
                                     ssl=server_context())
@@ -55,7 +86,7 @@ async def tls_large_transfer_both_ways(aio):
     return got == payload
 
 
-@scenario
+@both_paths
 async def tls_verification_failure_untrusted(aio):
     server = await aio.start_server(echo_handler, "127.0.0.1", 0,
                                     ssl=server_context("untrusted"))
@@ -67,7 +98,7 @@ async def tls_verification_failure_untrusted(aio):
     return [res[0], res[1], "certificate verify failed" in res[2]]
 
 
-@scenario
+@both_paths
 async def tls_hostname_mismatch(aio):
     server = await aio.start_server(echo_handler, "127.0.0.1", 0,
                                     ssl=server_context())
@@ -79,7 +110,7 @@ async def tls_hostname_mismatch(aio):
     return [res[0], res[1], "Hostname mismatch" in res[2]]
 
 
-@scenario
+@both_paths
 async def tls_sni_selects_certificate(aio):
     names = []
     default = server_context()
@@ -104,7 +135,7 @@ async def tls_sni_selects_certificate(aio):
     return [out, names]
 
 
-@scenario
+@both_paths
 async def tls_alpn_negotiation(aio):
     sctx = server_context()
     sctx.set_alpn_protocols(["h2", "http/1.1"])
@@ -128,7 +159,7 @@ async def tls_alpn_negotiation(aio):
     return [chosen, seen]
 
 
-@scenario
+@both_paths
 async def tls_protocol_callbacks_and_close_notify(aio):
     loop = aio.get_running_loop()
     Recorder = make_recorder(aio)
@@ -175,7 +206,7 @@ def _starttls_handler(sctx, reply_prefix):
     return handler
 
 
-@scenario
+@both_paths
 async def tls_start_tls_upgrade(aio):
     handler = _starttls_handler(server_context(), b"secure ")
     server = await aio.start_server(handler, "127.0.0.1", 0)
@@ -214,7 +245,7 @@ async def tls_start_tls_argument_errors(aio):
     return [bad_ctx[:2], bad_transport[:2]]
 
 
-@scenario
+@both_paths
 async def tls_handshake_timeout(aio):
     # A plain server that never answers the ClientHello.
     async def silent(reader, writer):
@@ -248,7 +279,7 @@ async def tls_argument_errors(aio):
     return out
 
 
-@scenario
+@both_paths
 async def tls_over_unix_socket(aio):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "tls.sock")
@@ -264,7 +295,7 @@ async def tls_over_unix_socket(aio):
         return got
 
 
-@scenario
+@both_paths
 async def tls_many_clients(aio):
     server = await aio.start_server(echo_handler, "127.0.0.1", 0,
                                     ssl=server_context())
@@ -307,7 +338,7 @@ tls_certs  # noqa: B018 - imported for scenario authors; made on first use.
 
 @since(3, 14, reason="stdlib 3.13's loop.sendfile() over TLS stalls (the "
        "reference side of this comparison); fixed in 3.14")
-@scenario
+@both_paths
 async def tls_loop_sendfile_falls_back(aio):
     loop = aio.get_running_loop()
     server = await aio.start_server(echo_handler, "127.0.0.1", 0,
@@ -328,7 +359,7 @@ async def tls_loop_sendfile_falls_back(aio):
     return [no_native[:2], sent, got == payload]
 
 
-@scenario
+@both_paths
 async def tls_start_tls_over_tls(aio):
     """start_tls() on a connection that is already TLS: TLS inside TLS on
     both ends (a proxy's CONNECT tunnel to a TLS origin does this)."""
@@ -351,7 +382,7 @@ async def tls_start_tls_over_tls(aio):
     return [ok, reply, outer is not inner, inner.version()]
 
 
-@scenario
+@both_paths
 async def tls_writes_keep_call_order_across_threads(aio):
     """A plain thread writes to the TLS transport while the task that made
     the connection waits for it; then that task writes: the peer gets the

@@ -191,6 +191,11 @@ class ConnectionMethods:
             raise TypeError(
                 f"transport {transport!r} is not supported by start_tls()")
         waiter = self.create_future()
+        if (isinstance(sslcontext, tls.TLSContext)
+                and getattr(transport, "_is_tls", None) is False):
+            return await self._start_tls_native(
+                transport, protocol, sslcontext, waiter, server_side,
+                server_hostname, ssl_handshake_timeout, ssl_shutdown_timeout)
         ssl_protocol = TLSProtocol(
             self, protocol, sslcontext, waiter, server_side, server_hostname,
             ssl_handshake_timeout=ssl_handshake_timeout,
@@ -234,6 +239,44 @@ class ConnectionMethods:
             transport.close()
             raise
         return ssl_protocol._app_transport
+
+    async def _start_tls_native(self, transport, protocol, sslcontext, waiter,
+                                server_side, server_hostname, handshake_timeout,
+                                shutdown_timeout):
+        """start_tls() of a plain connection of ours with a TLSContext: the
+        same transport turns into a TLS one on the native engine, on its
+        strand; the protocol hears nothing more of the plain stream."""
+        spec = sslcontext._mt_spec(server_side, server_hostname,
+                                   handshake_timeout, shutdown_timeout)
+
+        def switch():
+            if abandoned:
+                return  # start_tls() was cancelled first: leave it closed.
+            try:
+                initial = b""
+                reader = getattr(protocol, "_stream_reader", None)
+                if server_side and isinstance(protocol, streams.StreamReaderProtocol) \
+                        and reader is not None and reader._buffer:
+                    # Bytes a stream reader already holds belong to the
+                    # handshake.
+                    initial = bytes(reader._buffer)
+                    reader._buffer.clear()
+                transport._start_tls(spec, protocol, waiter, initial)
+            except BaseException as exc:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+                if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                    raise
+
+        abandoned = False
+        transport._call_serialized(switch)
+        try:
+            await waiter
+        except BaseException:
+            abandoned = True
+            transport.close()
+            raise
+        return transport
 
     async def _connect_sock(self, exceptions, addr_info, local_addr_infos=None):
         """One connection attempt; its errors are collected in a list that

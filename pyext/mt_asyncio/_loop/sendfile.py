@@ -181,5 +181,9 @@ class SendfileMethods:
             proto.restore()
 
 
-# What loop.sendfile() does with a stream transport of ours.
-_core.SocketTransport._sendfile_compatible = constants._SendfileMode.TRY_NATIVE
+# What loop.sendfile() does with a stream transport of ours: a TLS one has
+# to encrypt what it sends, so reads and writes it (stdlib's TLS transports
+# say the same).
+_core.SocketTransport._sendfile_compatible = property(
+    lambda transport: constants._SendfileMode.FALLBACK if transport._is_tls
+    else constants._SendfileMode.TRY_NATIVE)

@@ -64,6 +64,9 @@ class TlsSession {
   PyObject* waiter = nullptr;  // create_connection's, until the handshake ends.
   PyObject* timer = nullptr;   // The handshake's or the shutdown's TimerHandle.
   bool app_made = false;       // connection_made was called.
+  // start_tls(): the protocol already had its connection_made (of the
+  // plain connection) and hears none for the TLS one, as sslproto's.
+  bool call_connection_made = true;
   bool eof_delivered = false;  // eof_received was called.
 
  private:

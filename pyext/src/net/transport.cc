@@ -138,10 +138,11 @@ class Conn final : public ConnectionUnit {
   // overtake a write a plain thread queued before starting that step.
   std::atomic<int> serialized_pending_{0};
 
-  // --- set before the first wake; the session's own state is guarded
-  // as tls_session.h says ---
   // The native TLS engine's side of a TLS connection (ssl= a
-  // mt_asyncio.tls.TLSContext); nullptr for plain TCP.
+  // mt_asyncio.tls.TLSContext); nullptr for plain TCP. Set before the
+  // first wake, or by start_tls() on the strand under mu_ (never unset):
+  // off the strand it is read under mu_. The session's own state is
+  // guarded as tls_session.h says.
   std::unique_ptr<TlsSession> tls_;
 
   // --- the unit's own (on the strand) ---
@@ -162,6 +163,8 @@ class Conn final : public ConnectionUnit {
   int MoveCiphertextLocked(bool* buffered);
   // _tls_timeout(): the handshake's or the shutdown's time is up.
   void TlsTimeout();
+  // _start_tls(spec, protocol, waiter, initial): see the definition.
+  PyObject* StartTls(PyObject* spec, PyObject* protocol, PyObject* waiter, PyObject* initial);
 
  protected:
   bool BufferEmptyLocked() const override { return wbuf_.empty(); }
@@ -204,6 +207,10 @@ class Conn final : public ConnectionUnit {
   bool TlsHandOver(const char* data, std::size_t n);
   // The peer ended the stream: close_notify (`clean`) or a bare EOF.
   void TlsPeerEnded(bool clean);
+  // eof_received() once, as sslproto calls it: when the peer ends the
+  // stream, and when our own shutdown completes. false if it failed the
+  // connection.
+  bool TlsDeliverEof();
   void TlsArmTimer(double seconds);
   void TlsCancelTimer();
   // Moves engine output and, when the buffer grew, wakes the unit to
@@ -637,7 +644,7 @@ void Conn::TlsHandshakeDone() {
   if (more == nullptr || PyDict_Update(extra_, more) < 0) PyErr_WriteUnraisable(transport_);
   Py_XDECREF(more);
   tls_->app_made = true;
-  PyObject* protocol = Protocol();
+  PyObject* protocol = tls_->call_connection_made ? Protocol() : nullptr;
   if (protocol != nullptr) {
     PyObject* res = CallMethod(protocol, "connection_made", transport_);
     if (res == nullptr) {
@@ -751,6 +758,29 @@ void Conn::TlsDeliver() {
   }
 }
 
+bool Conn::TlsDeliverEof() {
+  if (tls_->eof_delivered || !tls_->app_made) return true;
+  tls_->eof_delivered = true;
+  PyObject* protocol = Protocol();
+  if (protocol == nullptr) return true;
+  PyObject* keep_open = CallMethod(protocol, "eof_received");
+  Py_DECREF(protocol);
+  if (keep_open == nullptr) {
+    Fatal(PyErr_GetRaisedException(), "Error calling eof_received()");
+    return false;
+  }
+  const int keep = PyObject_IsTrue(keep_open);
+  Py_DECREF(keep_open);
+  if (keep < 0) PyErr_Clear();
+  if (keep > 0) {
+    PyObject* r = PyObject_CallMethod(
+        logger, "warning", "s", "returning true from eof_received() has no effect when using ssl");
+    Py_XDECREF(r);
+    PyErr_Clear();
+  }
+  return true;
+}
+
 void Conn::TlsPeerEnded(bool clean) {
   TlsState state;
   {
@@ -763,26 +793,8 @@ void Conn::TlsPeerEnded(bool clean) {
     TlsHandshakeFailed(exc);
     return;
   }
-  if (state == TlsState::kWrapped && !tls_->eof_delivered) {
-    tls_->eof_delivered = true;
-    PyObject* protocol = Protocol();
-    if (protocol != nullptr) {
-      PyObject* keep_open = CallMethod(protocol, "eof_received");
-      Py_DECREF(protocol);
-      if (keep_open == nullptr) {
-        Fatal(PyErr_GetRaisedException(), "Error calling eof_received()");
-        return;
-      }
-      const int keep = PyObject_IsTrue(keep_open);
-      Py_DECREF(keep_open);
-      if (keep < 0) PyErr_Clear();
-      if (keep > 0) {
-        PyObject* r = PyObject_CallMethod(
-            logger, "warning", "s", "returning true from eof_received() has no effect when using ssl");
-        Py_XDECREF(r);
-        PyErr_Clear();
-      }
-    }
+  if ((state == TlsState::kWrapped || state == TlsState::kShutdown) && !TlsDeliverEof()) {
+    return;
   }
   if (clean) {
     Close();  // Our close_notify answers theirs; nothing left to wait for.
@@ -793,10 +805,9 @@ void Conn::TlsPeerEnded(bool clean) {
     PyMutexGuard lock(mu_);
     tls_->state = TlsState::kDone;
     awaiting_peer_close_ = false;
-    if (!closing_) {
-      closing_ = true;
-    }
+    closing_ = true;
   }
+  TlsCancelTimer();
   Wake();
 }
 
@@ -835,6 +846,9 @@ void Conn::TlsAdvance() {
   TlsSendAfter(send_err, buffered);
   if (status != MT_TLS_WANT_READ) {
     TlsCancelTimer();
+    // The peer's close_notify completes our shutdown: sslproto tells the
+    // protocol eof_received() then (not after a failure).
+    if (status == MT_TLS_CLOSED) TlsDeliverEof();
     Wake();  // FinishCloseIfDrained ends it.
   }
 }
@@ -902,37 +916,38 @@ void Conn::TlsServe() {
 }
 
 void Conn::Close() {
-  if (tls_ == nullptr) {
-    ConnectionUnit::Close();
-    return;
-  }
   bool abort = false;
   bool plain = false;
   int send_err = 0;
   bool buffered = false;
   {
     PyMutexGuard lock(mu_);
-    if (closing_) return;
-    switch (tls_->state) {
-      case TlsState::kHandshake:
-        abort = true;  // As sslproto: nothing to say to a peer mid-handshake.
-        break;
-      case TlsState::kWrapped: {
-        closing_ = true;
-        tls_->state = TlsState::kShutdown;
-        MtTlsError err{};
-        const int r = tls_->engine()->conn_shutdown(tls_->conn, &err);
-        send_err = MoveCiphertextLocked(&buffered);
-        if (r == MT_TLS_WANT_READ && !eof_seen_) {
-          awaiting_peer_close_ = true;
-        } else {
-          tls_->state = TlsState::kDone;
+    if (tls_ == nullptr) {
+      plain = true;
+    } else if (closing_) {
+      return;
+    } else {
+      switch (tls_->state) {
+        case TlsState::kHandshake:
+          abort = true;  // As sslproto: nothing to say to a peer mid-handshake.
+          break;
+        case TlsState::kWrapped: {
+          closing_ = true;
+          tls_->state = TlsState::kShutdown;
+          MtTlsError err{};
+          const int r = tls_->engine()->conn_shutdown(tls_->conn, &err);
+          send_err = MoveCiphertextLocked(&buffered);
+          if (r == MT_TLS_WANT_READ && !eof_seen_) {
+            awaiting_peer_close_ = true;
+          } else {
+            tls_->state = TlsState::kDone;
+          }
+          break;
         }
-        break;
+        default:
+          plain = true;
+          break;
       }
-      default:
-        plain = true;
-        break;
     }
   }
   if (abort) {
@@ -950,6 +965,47 @@ void Conn::Close() {
     return;
   }
   Wake();  // The strand flushes, arms the shutdown timer, finishes.
+}
+
+// start_tls() on the native engine: the connection becomes a TLS one in
+// place, on its strand. Its protocol is `protocol` from now on; `waiter`
+// resolves when the handshake is done; `initial` is what a server's
+// stream reader had already read of the peer's first flight.
+PyObject* Conn::StartTls(PyObject* spec, PyObject* protocol, PyObject* waiter,
+                         PyObject* initial) {
+  if (!OnMyStrand()) {
+    PyErr_SetString(PyExc_RuntimeError, "_start_tls() runs on the connection's strand");
+    return nullptr;
+  }
+  const int buffered = PyObject_IsInstance(protocol, buffered_protocol_type);
+  if (buffered < 0) return nullptr;
+  std::unique_ptr<TlsSession> session = TlsSession::FromSpec(spec);
+  if (session == nullptr) return nullptr;
+  MtTlsError err{};
+  if (!session->Start(&err)) return tls::RaiseError(err);
+  if (PyBytes_Check(initial) && PyBytes_GET_SIZE(initial) > 0) {
+    session->engine()->conn_feed(session->conn, PyBytes_AS_STRING(initial),
+                                 static_cast<std::size_t>(PyBytes_GET_SIZE(initial)));
+  }
+  session->waiter = Py_NewRef(waiter);
+  session->call_connection_made = false;
+  PyObject* old;
+  {
+    PyMutexGuard lock(mu_);
+    if (tls_ != nullptr || closing_ || lost_pending_) {
+      PyErr_SetString(PyExc_RuntimeError, "the connection cannot start TLS now");
+      return nullptr;
+    }
+    tls_ = std::move(session);
+    old = std::exchange(protocol_, Py_NewRef(protocol));
+    buffered_ = buffered > 0;
+    reading_paused_ = false;
+  }
+  Py_XDECREF(old);
+  TlsArmTimer(tls_->handshake_timeout);
+  TlsHandshakeStep();
+  Wake();  // Read the peer's answer.
+  Py_RETURN_NONE;
 }
 
 void Conn::BeforeLost(PyObject* exc) {
@@ -1138,13 +1194,13 @@ PyObject* Transport_writelines(PyObject* self, PyObject* list_of_data) {
 
 PyObject* Transport_write_eof(PyObject* self, PyObject*) {
   Conn* c = ConnOf(self);
-  if (c->tls_ != nullptr) {
-    PyErr_SetString(PyExc_NotImplementedError, "SSL doesn't support half-closes");
-    return nullptr;
-  }
   bool shut_now = false;
   {
     PyMutexGuard lock(c->mu_);
+    if (c->tls_ != nullptr) {
+      PyErr_SetString(PyExc_NotImplementedError, "SSL doesn't support half-closes");
+      return nullptr;
+    }
     if (c->closing_ || c->eof_requested_) Py_RETURN_NONE;
     c->eof_requested_ = true;
     shut_now = c->wbuf_.empty();
@@ -1156,7 +1212,9 @@ PyObject* Transport_write_eof(PyObject* self, PyObject*) {
 }
 
 PyObject* Transport_can_write_eof(PyObject* self, PyObject*) {
-  return PyBool_FromLong(ConnOf(self)->tls_ == nullptr);
+  Conn* c = ConnOf(self);
+  PyMutexGuard lock(c->mu_);
+  return PyBool_FromLong(c->tls_ == nullptr);
 }
 
 
@@ -1319,31 +1377,41 @@ PyObject* Transport_tls_info(PyObject* self, PyObject* args) {
   Py_ssize_t index = 0;
   if (!PyArg_ParseTuple(args, "s|n:_tls_info", &what, &index)) return nullptr;
   Conn* c = ConnOf(self);
-  if (c->tls_ == nullptr) Py_RETURN_NONE;
   PyMutexGuard lock(c->mu_);
+  if (c->tls_ == nullptr) Py_RETURN_NONE;
   return c->tls_->Info(what, index);
 }
 
 // _tls_set_context(core): the SNI callback's choice of certificate.
 PyObject* Transport_tls_set_context(PyObject* self, PyObject* core) {
   Conn* c = ConnOf(self);
+  PyMutexGuard lock(c->mu_);
   if (c->tls_ == nullptr) {
     PyErr_SetString(PyExc_ValueError, "not a TLS connection");
     return nullptr;
   }
-  PyMutexGuard lock(c->mu_);
   return c->tls_->SetContext(core);
 }
 
 PyObject* Transport_is_tls(PyObject* self, void*) {
-  return PyBool_FromLong(ConnOf(self)->tls_ != nullptr);
+  Conn* c = ConnOf(self);
+  PyMutexGuard lock(c->mu_);
+  return PyBool_FromLong(c->tls_ != nullptr);
 }
 
-// start_tls() over a TLS connection goes through the ssl module's
-// protocol, which needs the transport's plain byte stream.
-PyObject* Transport_start_tls_compatible(PyObject* self, void*) {
-  return PyBool_FromLong(ConnOf(self)->tls_ == nullptr);
+// _start_tls(spec, protocol, waiter, initial): Conn::StartTls.
+PyObject* Transport_start_tls(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "_start_tls(spec, protocol, waiter, initial)");
+    return nullptr;
+  }
+  return ConnOf(self)->StartTls(args[0], args[1], args[2], args[3]);
 }
+
+// Every stream transport of ours takes start_tls(): a plain one natively
+// (a TLSContext) or through the ssl module's protocol; a TLS one through
+// the ssl module's protocol over its plaintext (TLS inside TLS).
+PyObject* Transport_start_tls_compatible(PyObject*, void*) { Py_RETURN_TRUE; }
 
 // Whether the protocol is (or is about to be) paused for writing; what a
 // sendfile fallback swapping protocols must hand back.
@@ -1393,6 +1461,9 @@ PyMethodDef transport_methods[] = {
     {"_sendfile_end", Transport_sendfile_end, METH_NOARGS, nullptr},
     {"_wait_writable", Transport_wait_writable, METH_NOARGS, nullptr},
     {"_tls_timeout", Transport_tls_timeout, METH_NOARGS, nullptr},
+    {"_start_tls",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Transport_start_tls)),
+     METH_FASTCALL, "Become a TLS connection on the native engine (on the strand)."},
     {"_tls_info", Transport_tls_info, METH_VARARGS, "What the TLS handshake settled."},
     {"_tls_set_context", Transport_tls_set_context, METH_O, "Switch the TLS context (SNI)."},
     {"_call_serialized",
