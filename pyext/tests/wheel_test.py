@@ -210,6 +210,16 @@ ours = [p for p in mapped if p.startswith(sys.prefix + "/")]
 assert any("/mt_asyncio.libs/libgrpc-" in p for p in ours), sorted(mapped)
 assert any("/mt_asyncio.libs/libssl-" in p for p in ours), sorted(mapped)
 assert any(p.endswith("/libssl.so.3") for p in mapped if p not in ours), sorted(mapped)
+# The native TLS engine and its BoringSSL come from the wheel too (those
+# of the system are hidden), loaded beside both OpenSSL copies.
+from mt_asyncio import tls
+assert tls.engine_version() == "BoringSSL", tls.engine_version()
+with open("/proc/self/maps") as f:
+    mapped = {line.split()[-1] for line in f if ".so" in line.split()[-1]}
+ours = [p for p in mapped if p.startswith(sys.prefix + "/")]
+assert any(p.endswith("/mt_asyncio/libmt_tls_engine.so") for p in ours), sorted(mapped)
+assert any("/mt_asyncio.libs/libssl-" in p and p.endswith(".so.0") for p in ours), sorted(mapped)
+assert any("/mt_asyncio.libs/libcrypto-" in p and p.endswith(".so.0") for p in ours), sorted(mapped)
 print("maps ok:", len(ours), "libraries from the wheel")
 """
 # How the dynamic linker resolves every ELF file the wheel installed.
