@@ -179,6 +179,15 @@ def run_mt_asyncio(factories, threads):
     return sorted(counts, reverse=True)
 
 
+def run_mt_asyncio_ssl(factories, threads):
+    """mt_asyncio with TLS through the ssl module (asyncio's sslproto over
+    our transports) instead of the native engine: the TLS workloads'
+    comparison row."""
+    import workloads
+    workloads.TLS_PATH = "ssl"
+    return run_mt_asyncio(factories, threads)
+
+
 class Timed:
     """A backend's result that carries its own timing of the workload
     (when the backend does setup the cell must not count)."""
@@ -259,6 +268,7 @@ BACKENDS = {
     "tonio": run_tonio,
     "mt_asyncio": run_mt_asyncio,
     "mt_asyncio+watch": run_mt_asyncio_watched,
+    "mt_asyncio+ssl": run_mt_asyncio_ssl,
 }
 
 SINGLE_THREADED = {"asyncio", "uvloop", "rloop"}
@@ -268,4 +278,4 @@ PEER_MODULES = {"uvloop": "uvloop", "uvloop-multiloop": "uvloop",
 
 # Backends that run on mt_asyncio._core; the driver refuses to measure them
 # on a debug or sanitizer build of the extension.
-USES_EXTENSION = {"mt_asyncio", "mt_asyncio+watch"}
+USES_EXTENSION = {"mt_asyncio", "mt_asyncio+watch", "mt_asyncio+ssl"}

@@ -30,7 +30,22 @@ ALL_WORKLOADS = sorted(workloads.WORKLOADS) + sorted(net.NET_WORKLOADS)
 ALL_BACKENDS = list(backends.BACKENDS)
 # Rows that answer a question of their own, asked for by name: the control
 # plane's cost (`--backends asyncio mt_asyncio mt_asyncio+watch`).
-OPT_IN_BACKENDS = {"mt_asyncio+watch"}
+OPT_IN_BACKENDS = {"mt_asyncio+watch", "mt_asyncio+ssl"}
+# mt_asyncio's TLS through the ssl module instead of its native engine: a
+# row of the TLS workloads only, beside mt_asyncio's whenever that runs.
+SSL_PATH_BACKEND = "mt_asyncio+ssl"
+TLS_WORKLOADS = net.TLS_WORKLOADS | workloads.TLS_WORKLOADS
+
+
+def backends_for(workload, chosen):
+    """The backends a workload runs on: the chosen ones, with the ssl-module
+    row beside mt_asyncio's for a TLS workload (and only there)."""
+    if workload not in TLS_WORKLOADS:
+        return [b for b in chosen if b != SSL_PATH_BACKEND]
+    if "mt_asyncio" in chosen and SSL_PATH_BACKEND not in chosen:
+        at = chosen.index("mt_asyncio") + 1
+        return chosen[:at] + [SSL_PATH_BACKEND] + chosen[at:]
+    return list(chosen)
 
 
 def interpreter_facts():
@@ -263,7 +278,7 @@ def run_net(args):
 def _net_workload_rows(args, workload, available):
     """One network workload's rows, every cell `--repeats` times in rotated order."""
     rows = []
-    cells = [(b, t) for b in args.backends if b in available
+    cells = [(b, t) for b in backends_for(workload, args.backends) if b in available
              for t in ([1] if b in backends.SINGLE_THREADED else args.threads)]
     results, failed = run_rounds(
         cells, args.repeats,
@@ -420,7 +435,7 @@ def main(argv=None):
     gil_stayed_off = True
     times_at_start = cpu_times()
     for workload in [w for w in args.workloads if w in workloads.WORKLOADS]:
-        cells = [(backend, threads) for backend in args.backends
+        cells = [(backend, threads) for backend in backends_for(workload, args.backends)
                  if backend in backends.BACKENDS
                  for threads in ([1] if backend in backends.SINGLE_THREADED
                                  else args.threads)]

@@ -28,6 +28,11 @@ NET_WORKLOADS = {
     "echo_streams_1k": (32, 2000, 1024),
     "http_cpu": (64, 100, 0),
     "tls_echo_1k": (16, 1000, 1024),
+    "tls_echo_64k": (16, 100, 65536),
+    # A new connection per request: a full handshake, 16 bytes each way.
+    "tls_handshakes": (16, 100, 16),
+    # http_cpu over TLS.
+    "https_cpu": (64, 100, 0),
     "idle_conns": (10000, 0, 0),
     "db_http": (32, 200, 0),
 }
@@ -36,6 +41,7 @@ HTTP_BURN = 5000  # CPU iterations per HTTP request (docs/benchmarks.md).
 # HTTP_BURN on it and replies; the server is started by the driver
 # (pg_cluster.py from tests/libs, the database suite's private cluster).
 DB_WORKLOADS = {"db_http"}
+TLS_WORKLOADS = {"tls_echo_1k", "tls_echo_64k", "tls_handshakes", "https_cpu"}
 DB_ROWS = 10000
 _PG_CLUSTER_DIR = os.path.join(os.path.dirname(HERE), os.pardir, os.pardir,
                                "tests", "libs")
@@ -50,7 +56,7 @@ PYPI_MT_ASYNCIO_PYTHON = os.environ.get("MT_ASYNCIO_030A1_PYTHON") or os.path.ex
 
 def net_backends():
     """Server backends available here."""
-    found = ["asyncio", "asyncio-multiloop", "mt_asyncio"]
+    found = ["asyncio", "asyncio-multiloop", "mt_asyncio", "mt_asyncio+ssl"]
     for peer in ("rloop", "uvloop"):
         try:
             __import__(peer)
@@ -105,15 +111,14 @@ def _count_request():
         _served[ident] += 1
 
 
-def _tls_contexts():
-    d = tempfile.mkdtemp(prefix="mt-bench-tls-")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
-                    "-days", "1", "-keyout", f"{d}/k.pem", "-out", f"{d}/c.pem",
-                    "-subj", "/CN=localhost", "-addext",
-                    "subjectAltName=DNS:localhost"], check=True, capture_output=True)
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.load_cert_chain(f"{d}/c.pem", f"{d}/k.pem")
-    return server, f"{d}/c.pem"
+def _tls_server_context(backend):
+    """The server's context: mt_asyncio's native engine (mt_asyncio.tls)
+    for the mt_asyncio row, the ssl module's for every other (and for
+    "mt_asyncio+ssl"); and the certificate's file, for the client."""
+    import tlscerts
+    native = backend == "mt_asyncio" and tlscerts.native_available()
+    server, _ = tlscerts.contexts(native)
+    return server, tlscerts.cert_and_key()[0]
 
 
 def _make_server(aio, workload, sock_kwargs, ssl_ctx):
@@ -181,7 +186,9 @@ def _make_server(aio, workload, sock_kwargs, ssl_ctx):
         return aio.start_server(db_http, **sock_kwargs)
     if workload == "http_cpu":
         return aio.start_server(http, **sock_kwargs)
-    if workload == "tls_echo_1k":
+    if workload == "https_cpu":
+        return aio.start_server(http, ssl=ssl_ctx, **sock_kwargs)
+    if workload in TLS_WORKLOADS:
         return aio.start_server(echo_stream, ssl=ssl_ctx, **sock_kwargs)
     return aio.start_server(echo_stream, **sock_kwargs)
 
@@ -216,7 +223,8 @@ def serve(backend, workload, threads):
     elif workload in DB_WORKLOADS and backend == "mt-asyncio-0.3.0a1":
         import mt_asyncio.asyncio  # mt-asyncio 0.3.0a1's package, in its own venv.
         mt_asyncio.asyncio.compat.install()
-    ssl_ctx, cafile = _tls_contexts() if workload.startswith("tls") else (None, "")
+    ssl_ctx, cafile = (_tls_server_context(backend) if workload in TLS_WORKLOADS
+                       else (None, ""))
     ready = threading.Event()
     port = [0]
     stop = threading.Event()
@@ -236,7 +244,7 @@ def serve(backend, workload, threads):
             server.close()
         runner(main())
 
-    if backend == "mt_asyncio":
+    if backend in ("mt_asyncio", "mt_asyncio+ssl"):
         import mt_asyncio.asyncio as aio
         threads_ = [threading.Thread(target=run_loop, args=(
             aio, lambda c: aio.run(c, threads=threads), False, 0))]
@@ -335,8 +343,21 @@ def load(workload, port, scale, cafile=None):
             latencies.append(time.perf_counter() - t)
         w.close()
 
-    async def one_http():
-        r, w = await asyncio.open_connection("127.0.0.1", port)
+    async def one_handshakes(ctx):
+        payload = os.urandom(size)
+        for _ in range(requests):
+            t = time.perf_counter()
+            r, w = await asyncio.open_connection("127.0.0.1", port, ssl=ctx,
+                                                 server_hostname="localhost")
+            w.write(payload)
+            await r.readexactly(size)
+            w.close()
+            await w.wait_closed()
+            latencies.append(time.perf_counter() - t)
+
+    async def one_http(ctx=None):
+        r, w = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=ctx, server_hostname="localhost" if ctx else None)
         req = b"GET /work HTTP/1.1\r\nHost: bench\r\n\r\n"
         for _ in range(requests):
             t = time.perf_counter()
@@ -361,8 +382,12 @@ def load(workload, port, scale, cafile=None):
             for _, w in opened:
                 w.close()
             return {"connections": len(opened)}
-        http = workload in ("http_cpu", "db_http")
-        coros = [one_http() if http else one_echo(ctx) for _ in range(conns)]
+        if workload in ("http_cpu", "db_http", "https_cpu"):
+            coros = [one_http(ctx) for _ in range(conns)]
+        elif workload == "tls_handshakes":
+            coros = [one_handshakes(ctx) for _ in range(conns)]
+        else:
+            coros = [one_echo(ctx) for _ in range(conns)]
         start = time.perf_counter()
         await asyncio.gather(*coros)
         elapsed = time.perf_counter() - start
@@ -432,7 +457,7 @@ def run_net_cell(backend, workload, threads, scale):
             raise CellFailed(_reason_in(server_errors)
                              or f"server {backend}/{workload} did not start")
         cafile = None
-        if workload.startswith("tls"):
+        if workload in TLS_WORKLOADS:
             cafile = _server_cafile(server)
         if workload == "idle_conns":
             server.stdin.write("rss\n")

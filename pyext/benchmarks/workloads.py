@@ -296,6 +296,75 @@ def primitive_ops(scale):
     return [program]
 
 
+# --- TLS in one process: server and clients on one loop --------------------
+
+# How mt_asyncio's TLS workloads do TLS: "native" (mt_asyncio.tls, the
+# BoringSSL engine) or "ssl" (the ssl module's, through asyncio's sslproto
+# over our transports); the "mt_asyncio+ssl" backend sets "ssl".
+TLS_PATH = "native"
+TLS_WORKLOADS = {"tls_echo_inproc", "tls_handshakes_inproc"}
+
+
+def _tls_contexts(aio):
+    import tlscerts
+    native = (aio.__name__.startswith("mt_asyncio") and TLS_PATH == "native"
+              and tlscerts.native_available())
+    return tlscerts.contexts(native)
+
+
+async def _tls_echo(reader, writer):
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    writer.close()
+
+
+def tls_echo_inproc(scale):
+    """16 pairs of a TLS server and its client on one loop, each client
+    1000 round trips of 1 KiB (the network row's workload, in-process)."""
+    rounds = _count(1000, scale)
+
+    async def pair(aio):
+        server_ctx, client_ctx = _tls_contexts(aio)
+        server = await aio.start_server(_tls_echo, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        r, w = await aio.open_connection("127.0.0.1", port, ssl=client_ctx,
+                                         server_hostname="localhost")
+        payload = b"x" * 1024
+        for _ in range(rounds):
+            w.write(payload)
+            await r.readexactly(1024)
+        w.close()
+        server.close()
+
+    return [pair] * 16
+
+
+def tls_handshakes_inproc(scale):
+    """16 pairs of a TLS server and its client on one loop, each client
+    making 100 connections in turn: a full handshake, 16 bytes each way,
+    close."""
+    connections = _count(100, scale)
+
+    async def pair(aio):
+        server_ctx, client_ctx = _tls_contexts(aio)
+        server = await aio.start_server(_tls_echo, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        for _ in range(connections):
+            r, w = await aio.open_connection("127.0.0.1", port, ssl=client_ctx,
+                                             server_hostname="localhost")
+            w.write(b"x" * 16)
+            await r.readexactly(16)
+            w.close()
+            await w.wait_closed()
+        server.close()
+
+    return [pair] * 16
+
+
 WORKLOADS = {
     "mixed": mixed,
     "mixed_alloc": mixed_alloc,
@@ -313,4 +382,6 @@ WORKLOADS = {
     "block_offload": block_offload,
     "one_million": one_million,
     "primitive_ops": primitive_ops,
+    "tls_echo_inproc": tls_echo_inproc,
+    "tls_handshakes_inproc": tls_handshakes_inproc,
 }
