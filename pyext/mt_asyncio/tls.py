@@ -22,6 +22,7 @@ takes that back.
 import os
 import ssl as _ssl
 import threading
+import weakref
 
 from . import _core
 
@@ -236,6 +237,87 @@ class TLSObject(_ssl.SSLObject):
     read = write = do_handshake = unwrap = verify_client_post_handshake = _driven
 
 
+class TLSBIOObject(TLSObject):
+    """``TLSContext.wrap_bio()``'s object: the ``ssl.SSLObject`` interface
+    over two ``ssl.MemoryBIO`` with BoringSSL doing the work. What code
+    that runs TLS over its own streams uses (anyio's TLSStream, and so
+    httpx; asyncio's sslproto for start_tls() over TLS): the records are
+    BoringSSL's, moved between the BIOs and the engine by Python."""
+
+    def __init__(self, bio, incoming, outgoing):
+        super().__init__(bio)
+        self._incoming = incoming
+        self._outgoing = outgoing
+        _BIO_OWNERS[bio] = self
+
+    def _feed(self):
+        data = self._incoming.read()
+        if data:
+            self._transport.feed(data)
+
+    def _flush(self):
+        data = self._transport.take()
+        if data:
+            self._outgoing.write(data)
+
+    def _want_read(self):
+        if self._incoming.eof:
+            return _ssl.SSLEOFError(_ssl.SSL_ERROR_EOF,
+                                    "EOF occurred in violation of protocol")
+        return _ssl.SSLWantReadError(_ssl.SSL_ERROR_WANT_READ,
+                                     "The operation did not complete (read)")
+
+    def do_handshake(self):
+        self._feed()
+        try:
+            done = self._transport.handshake()
+        finally:
+            self._flush()
+        if not done:
+            raise self._want_read()
+
+    def read(self, len=1024, buffer=None):  # noqa: A002 - the ssl module's name.
+        if buffer is not None:
+            room = memoryview(buffer).nbytes
+            if len <= 0 or len > room:
+                len = room  # noqa: A001 - as the ssl module's read.
+        self._feed()
+        try:
+            data, status = self._transport.read(len)
+        finally:
+            self._flush()
+        if status == 1:
+            raise self._want_read()
+        if buffer is None:
+            return data
+        memoryview(buffer).cast("B")[:_len(data)] = data
+        return _len(data)
+
+    def write(self, data):
+        self._feed()
+        try:
+            self._transport.write(data)
+        finally:
+            self._flush()
+        return memoryview(data).nbytes
+
+    def unwrap(self):
+        self._feed()
+        try:
+            done = self._transport.shutdown()
+        finally:
+            self._flush()
+        if not done:
+            raise self._want_read()
+
+    def verify_client_post_handshake(self):
+        raise NotImplementedError("mt_asyncio.tls: no post-handshake authentication "
+                                  "on the engine")
+
+
+_len = len
+
+
 # ssl.TLSVersion to wire versions (0: no bound).
 _WIRE = {
     _ssl.TLSVersion.MINIMUM_SUPPORTED: 0,
@@ -402,6 +484,22 @@ class TLSContext(_ssl.SSLContext):
             raise _unsupported(f"set_ecdh_curve({name!r})")
         self._mt_live.set_curves(curve)
 
+    def wrap_bio(self, incoming, outgoing, server_side=False,
+                 server_hostname=None, session=None):
+        """An SSLObject over the two BIOs, on BoringSSL (TLSBIOObject)."""
+        if session is not None:
+            raise NotImplementedError(
+                "mt_asyncio.tls: wrap_bio(session=...): the engine resumes "
+                "from its context's cache, by server name")
+        if server_side and server_hostname:
+            raise ValueError("server_hostname can only be specified in client mode")
+        if not server_side and self.check_hostname and not server_hostname:
+            raise ValueError("check_hostname requires server_hostname")
+        if server_hostname is not None and not isinstance(server_hostname, str):
+            server_hostname = str(server_hostname, "ascii")
+        bio = _core.TLSBio(self._mt_spec(server_side, server_hostname, None, None))
+        return TLSBIOObject(bio, incoming, outgoing)
+
     def load_dh_params(self, path):
         raise NotImplementedError(
             "mt_asyncio.tls: load_dh_params: BoringSSL has no finite-field "
@@ -472,18 +570,24 @@ class TLSContext(_ssl.SSLContext):
         self._mt_sni = callback
         self._mt_live.set_sni(None if callback is None else self._mt_server_name)
 
-    def _mt_server_name(self, transport, server_name):
+    def _mt_server_name(self, owner, server_name):
         """The engine's SNI hook (during the handshake, on the connection's
-        worker): the ssl module's sni_callback(ssl_object, name, context)."""
+        worker): the ssl module's sni_callback(ssl_object, name, context).
+        `owner` is the transport, or a wrap_bio() object's engine."""
         callback = self._mt_sni
         if callback is None:
             return None
-        ssl_object = TLSObject(transport)
-        transport.__dict__["_mt_tls_object"] = ssl_object  # The extra's, later.
+        if isinstance(owner, _core.TLSBio):
+            ssl_object = _BIO_OWNERS.get(owner) or TLSObject(owner)
+        else:
+            ssl_object = TLSObject(owner)
+            owner.__dict__["_mt_tls_object"] = ssl_object  # The extra's, later.
         return callback(ssl_object, server_name, self)
 
 
 _base_new = _ssl.SSLContext.__new__
+# A wrap_bio() engine's SSLObject, for its SNI callback.
+_BIO_OWNERS = weakref.WeakKeyDictionary()
 
 
 def create_default_context(purpose=_ssl.Purpose.SERVER_AUTH, *, cafile=None,

@@ -555,3 +555,88 @@ def test_start_tls_with_a_tls_context_upgrades(certs):
         return got
 
     assert run(main()) == b"hello"
+
+
+def _pump(a_out, b_in):
+    data = a_out.read()
+    if data:
+        b_in.write(data)
+
+
+@pytest.mark.parametrize("server_native", [True, False])
+def test_wrap_bio_speaks_the_ssl_object_interface(certs, server_native):
+    sctx = server_ctx(certs, server_native)
+    cctx = client_ctx(certs)
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    client = cctx.wrap_bio(c_in, c_out, server_hostname="localhost")
+    server = sctx.wrap_bio(s_in, s_out, server_side=True)
+    assert isinstance(client, tls.TLSBIOObject) and isinstance(client, ssl.SSLObject)
+    assert isinstance(server, tls.TLSBIOObject) == server_native
+    with pytest.raises(ValueError, match="check_hostname requires server_hostname"):
+        cctx.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO())
+    with pytest.raises(ValueError):
+        client.getpeercert()  # Handshake not done yet.
+    done = {"client": False, "server": False}
+    for _ in range(10):
+        for name, obj in (("client", client), ("server", server)):
+            if done[name]:
+                continue
+            try:
+                obj.do_handshake()
+                done[name] = True
+            except ssl.SSLWantReadError:
+                pass
+        _pump(c_out, s_in)
+        _pump(s_out, c_in)
+        if all(done.values()):
+            break
+    assert all(done.values())
+    assert client.version() == "TLSv1.3"
+    assert client.getpeercert()["subject"] == ((("commonName", "localhost"),),)
+    assert client.server_hostname == "localhost" and not client.server_side
+    with pytest.raises(ssl.SSLWantReadError):
+        client.read(10)
+    assert client.write(b"over bios") == 9
+    _pump(c_out, s_in)
+    assert server.read(100) == b"over bios"
+    server.write(b"reply!")
+    _pump(s_out, c_in)
+    buf = bytearray(16)
+    assert client.read(16, buf) == 6 and bytes(buf[:6]) == b"reply!"
+    with pytest.raises(NotImplementedError):
+        client.verify_client_post_handshake()
+    # close_notify both ways.
+    with pytest.raises(ssl.SSLWantReadError):
+        client.unwrap()
+    _pump(c_out, s_in)
+    assert server.read(10) == b""  # The peer's close_notify.
+    server.unwrap()
+    _pump(s_out, c_in)
+    client.unwrap()
+    # A peer that is gone before the handshake ends.
+    lone = cctx.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_hostname="localhost")
+    lone._incoming.write_eof()
+    with pytest.raises(ssl.SSLEOFError):
+        lone.do_handshake()
+
+
+def test_stdlib_loop_runs_a_tls_context_through_its_bio(certs):
+    """stdlib asyncio (sslproto) with TLSContexts: wrap_bio() objects on
+    BoringSSL, both ends."""
+    import asyncio as stdlib
+
+    async def main():
+        server = await stdlib.start_server(echo, "127.0.0.1", 0, ssl=server_ctx(certs))
+        port = server.sockets[0].getsockname()[1]
+        r, w = await stdlib.open_connection("127.0.0.1", port, ssl=client_ctx(certs),
+                                            server_hostname="localhost")
+        w.write(b"stdlib")
+        got = await stdlib.wait_for(r.readexactly(6), WAIT)
+        kind = type(w.get_extra_info("ssl_object")).__name__
+        w.close()
+        await w.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return got, kind
+
+    assert stdlib.run(main()) == (b"stdlib", "TLSBIOObject")

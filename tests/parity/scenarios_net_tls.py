@@ -1,7 +1,8 @@
 """Scenarios: TLS with the ssl module (a test CA made by the suite), and
 again with mt_asyncio.tls contexts (the ``_native`` variants): stdlib's
-loop runs those through the ssl module (a TLSContext is an
-ssl.SSLContext), ours on the native BoringSSL engine."""
+loop runs those through its sslproto over TLSContext.wrap_bio() (the
+engine's records moved by Python), ours on the native engine beside the
+socket; both are BoringSSL, and what a user observes must match."""
 
 import os
 import socket

@@ -18,9 +18,9 @@ namespace mt::pyext::tls {
 MtTlsCtx* ContextOf(PyObject* core);
 
 // The connection whose handshake this thread is stepping, for the SNI hook:
-// its transport object and the lock held around the engine, which the hook
-// lets go of while Python runs (the callback may ask the connection for
-// its state). Set by the transport around each handshake step.
+// its owner (the transport, or the TLSBio) and the lock held around the
+// engine, which the hook lets go of while Python runs (the callback may
+// ask the connection for its state). Set around each handshake step.
 class HandshakeScope {
  public:
   HandshakeScope(PyObject* transport, PyMutex* lock);
