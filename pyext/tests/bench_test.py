@@ -58,12 +58,15 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
                 *_peers_here()}
     rows = {(r["workload"], r["backend"], r["threads"]): r for r in data["rows"]}
     for workload in workloads.WORKLOADS:
-        for backend in expected:
+        # The TLS workloads add mt_asyncio's ssl-module row (and only they).
+        tls = workload in workloads.TLS_WORKLOADS
+        assert ((workload, "mt_asyncio+ssl", 1) in rows) == tls, workload
+        for backend in expected | ({"mt_asyncio+ssl"} if tls else set()):
             for threads in ([1] if backend in backends.SINGLE_THREADED else [1, 2]):
                 row = rows[(workload, backend, threads)]
                 if not _measured_once(row, "times"):
                     continue
-                if backend in ("mt_asyncio", "mt_asyncio+watch"):
+                if backend in ("mt_asyncio", "mt_asyncio+watch", "mt_asyncio+ssl"):
                     # Units run per worker: at least one per top-level coroutine.
                     assert sum(row["balance"]) >= row["coroutines"]
                 elif backend not in ("mt-asyncio-0.3.0a1", "tonio"):
@@ -75,6 +78,9 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
         if workload in net.DB_WORKLOADS and db_skipped:
             continue
         for backend in net.net_backends():
+            if backend == "mt_asyncio+ssl" and workload not in net.TLS_WORKLOADS:
+                assert (workload, backend, 1) not in net_rows
+                continue
             for threads in ([1] if backend in backends.SINGLE_THREADED else [1, 2]):
                 _measured_once(net_rows[(workload, backend, threads)], "values")
     assert "network (server in its own process" in proc.stdout
@@ -86,7 +92,7 @@ def _measured_once(row, key):
     stdlib's and ours never fail."""
     if "error" in row:
         assert row["error"].strip(), row
-        assert row["backend"] not in ("asyncio", "mt_asyncio"), row
+        assert row["backend"] not in ("asyncio", "mt_asyncio", "mt_asyncio+ssl"), row
         return False
     assert len(row[key]) == 1 and row[key][0] > 0, row
     return True
@@ -219,7 +225,7 @@ def test_db_rows_run_against_a_private_server_or_say_why_not(tmp_path):
     for row in data["net_rows"]:
         if "error" in row:  # A peer without what asyncpg needs (rloop, mt-asyncio 0.3.0a1).
             assert row["error"].strip(), row
-            assert row["backend"] not in ("asyncio", "mt_asyncio"), row
+            assert row["backend"] not in ("asyncio", "mt_asyncio", "mt_asyncio+ssl"), row
             continue
         assert len(row["values"]) == 1 and all(v > 0 for v in row["values"])
         assert sum(row["balance"]) == 32 * 4  # Every request served once.
