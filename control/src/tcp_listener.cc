@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -116,7 +118,10 @@ TcpListener::TcpListener(int fd, int wake_fd, int epoll_fd, int port,
       frames_(frames),
       table_(limits),
       refusals_(std::move(refusals)) {
-  spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  for (int& spare : spare_fds_) spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  std::random_device random;
+  const std::uint64_t nonce = (static_cast<std::uint64_t>(random()) << 32) | random();
+  name_prefix_ = absl::StrCat("mt_asyncio-control-", getpid(), "-", absl::Hex(nonce));
 }
 
 TcpListener::~TcpListener() {
@@ -125,7 +130,9 @@ TcpListener::~TcpListener() {
   close(fd_);
   close(wake_fd_);
   close(epoll_fd_);
-  if (spare_fd_ >= 0) close(spare_fd_);
+  for (int spare : spare_fds_) {
+    if (spare >= 0) close(spare);
+  }
 }
 
 void TcpListener::Start(std::vector<grpc::experimental::ExternalConnectionAcceptor*> acceptors) {
@@ -159,12 +166,16 @@ void TcpListener::Refuse(const std::string& host, const std::string& subject,
 }
 
 void TcpListener::ShedWithoutDescriptors() {
-  if (spare_fd_ >= 0) {
-    close(spare_fd_);
-    spare_fd_ = -1;
+  for (int& spare : spare_fds_) {
+    if (spare < 0) spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+  for (int& spare : spare_fds_) {
+    if (spare < 0) continue;
+    close(spare);
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     const int conn = accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
+    const int err = errno;
     if (conn >= 0) {
       std::string host;
       PeerString(&addr, len, &host);
@@ -172,10 +183,13 @@ void TcpListener::ShedWithoutDescriptors() {
       Refuse(host.empty() ? "unknown" : host, "", "the process has run out of file descriptors",
              "refused");
     }
-    spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    // Another thread took the slot this spare freed: try with the next.
+    if (conn < 0 && (err == EMFILE || err == ENFILE)) continue;
+    break;
   }
-  // Still none spare: the backlog waits (the kernel holds it) and the
-  // loop comes back after the pause.
+  // None spare, or a connection shed: the rest of the backlog waits (the
+  // kernel holds it) and the loop comes back after the pause.
   poll(nullptr, 0, kDescriptorBackoffMs);
 }
 
@@ -243,8 +257,11 @@ void TcpListener::HandOver(ConnectionTable::Id id, Served& s) {
   // gRPC names a connection by its peer's socket address: ours gets a
   // name (in the abstract namespace, nothing on disk; a socket that does
   // not listen cannot be connected to) that the table maps back to the
-  // connection.
-  const std::string name = absl::StrCat("mt_asyncio-control-", getpid(), "-", id);
+  // connection. The namespace is the network namespace's, which processes
+  // with their own process IDs share (containers of one pod, each its
+  // pid 1; sandboxed test runs): the listener's random prefix keeps their
+  // names apart.
+  const std::string name = absl::StrCat(name_prefix_, "-", id);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path + 1, name.data(), name.size());

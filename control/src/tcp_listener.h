@@ -21,6 +21,7 @@
 
 #include <grpcpp/server_builder.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -87,8 +88,11 @@ class TcpListener {
   void Loop();
   void AcceptSome();
   // accept4 failed with EMFILE/ENFILE: takes the waiting connection off
-  // the backlog with the spare descriptor and closes it, so the peer
-  // hears at once and the listener does not spin.
+  // the backlog with a spare descriptor and closes it, so the peer hears
+  // at once and the listener does not spin. Two spares: another thread
+  // may take the slot one frees before accept4 does (gRPC's threads make
+  // descriptors too); a spare that could not be reopened is reclaimed on
+  // a later call, once descriptors are back.
   void ShedWithoutDescriptors();
   // Brings everything up to date after a connection was driven to
   // `state`: hands it to gRPC once its handshake is done, re-arms its
@@ -112,7 +116,11 @@ class TcpListener {
   const std::shared_ptr<RefusalLog> refusals_;
   std::vector<grpc::experimental::ExternalConnectionAcceptor*> acceptors_;
   std::map<ConnectionTable::Id, Served> served_;  // The loop's thread only.
-  int spare_fd_ = -1;  // /dev/null, kept for ShedWithoutDescriptors.
+  // The abstract socket names of handed-over connections start with it:
+  // the process ID and a random part (HandOver says why).
+  std::string name_prefix_;
+  // /dev/null, kept for ShedWithoutDescriptors; -1 while not held.
+  std::array<int, 2> spare_fds_{-1, -1};
   std::atomic<std::uint64_t> frame_limit_closes_{0};
   std::thread thread_;
   std::mutex mu_;
