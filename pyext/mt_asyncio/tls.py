@@ -95,7 +95,8 @@ def _make_error(kind, library, reason, message, verify_code, server_hostname):
 
 def _on_handshake(transport):
     """What a finished handshake adds to the transport's extra info, as
-    sslproto's (peercert is decoded when first asked for)."""
+    sslproto's (peercert is decoded when first asked for), and the ALPN
+    protocol chosen (None without one)."""
     ssl_object = transport.__dict__.pop("_mt_tls_object", None)
     if ssl_object is None:
         ssl_object = TLSObject(transport)
@@ -104,6 +105,7 @@ def _on_handshake(transport):
         "ssl_object": ssl_object,
         "cipher": transport._tls_info("cipher"),
         "compression": None,
+        "alpn_protocol": transport._tls_info("alpn"),
     }
 
 

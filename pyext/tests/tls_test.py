@@ -550,11 +550,115 @@ def test_start_tls_with_a_tls_context_upgrades(certs):
         await w.start_tls(client_ctx(certs), server_hostname="localhost")
         w.write(b"hello")
         got = await r.readexactly(5)
+        # The same transport, now on the engine (no sslproto layer).
+        native = type(w.get_extra_info("ssl_object")) is tls.TLSObject
         w.close()
         await stop(server)
-        return got
+        return got, native
 
-    assert run(main()) == b"hello"
+    assert run(main()) == (b"hello", True)
+
+
+def test_alpn_protocol_extra_and_trust_from_a_hashed_folder(certs, tmp_path):
+    # capath: a folder of CA certificates named by their subject hashes.
+    shutil.copy(certs["ca"], tmp_path / "ca.pem")
+    subprocess.run(["openssl", "rehash", str(tmp_path)], check=True, capture_output=True)
+
+    async def main():
+        sctx = server_ctx(certs)
+        sctx.set_alpn_protocols(["h2"])
+        server, port = await serve(sctx)
+        cctx = tls.TLSContext(ssl.PROTOCOL_TLS_CLIENT)
+        cctx.load_verify_locations(capath=str(tmp_path))
+        cctx.set_alpn_protocols(["h2", "http/1.1"])
+        r, w = await asyncio.open_connection("127.0.0.1", port, ssl=cctx,
+                                             server_hostname="localhost")
+        alpn = w.get_extra_info("alpn_protocol")
+        w.close()
+        await w.wait_closed()
+        await stop(server)
+        return alpn
+
+    assert run(main()) == "h2"
+
+
+def test_shutdown_timeout_when_the_peer_never_answers_close_notify(certs):
+    """A peer that keeps the connection open and never sends close_notify:
+    close() gives up after ssl_shutdown_timeout, as sslproto does."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(*certs["localhost"])
+    released = threading.Event()
+
+    def handle(conn):
+        released.wait(WAIT)  # Neither reads nor closes meanwhile.
+
+    port, thread, errors = _blocking_ssl_server(ctx, handle)
+
+    class Lost(asyncio.Protocol):
+        def __init__(self):
+            self.lost = asyncio.get_running_loop().create_future()
+
+        def connection_lost(self, exc):
+            self.lost.set_result(exc)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        transport, proto = await loop.create_connection(
+            Lost, "127.0.0.1", port, ssl=client_ctx(certs), server_hostname="localhost",
+            ssl_shutdown_timeout=0.3)
+        started = time.monotonic()
+        transport.close()
+        exc = await proto.lost
+        return exc, time.monotonic() - started
+
+    try:
+        exc, took = run(main())
+    finally:
+        released.set()
+        thread.join(WAIT)
+    assert isinstance(exc, TimeoutError) and "SSL shutdown timed out" in str(exc)
+    assert 0.2 < took < 5
+
+
+@pytest.mark.skipif(not HAVE_OPENSSL, reason="no openssl command")
+def test_renegotiation_is_refused(certs):
+    """A TLS 1.2 server asking to renegotiate (openssl s_server's "R"
+    command) ends the connection: the engine never renegotiates."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cert, key = certs["localhost"]
+    server = subprocess.Popen(
+        ["openssl", "s_server", "-accept", str(port), "-cert", cert, "-key", key,
+         "-tls1_2", "-naccept", "1"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        async def main():
+            deadline = time.monotonic() + WAIT
+            while True:
+                try:
+                    r, w = await asyncio.open_connection(
+                        "127.0.0.1", port, ssl=client_ctx(certs), server_hostname="localhost")
+                    break
+                except ConnectionRefusedError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.05)
+            server.stdin.write(b"R\n")  # s_server: renegotiate.
+            server.stdin.flush()
+            try:
+                got = await asyncio.wait_for(r.read(100), WAIT)
+            except (ssl.SSLError, ConnectionError) as exc:
+                got = exc
+            w.close()
+            return got
+
+        got = run(main())
+        # Refused: an error, or the connection's end (never data).
+        assert isinstance(got, (ssl.SSLError, ConnectionError)) or got == b"", got
+    finally:
+        server.kill()
+        server.communicate()
 
 
 def _pump(a_out, b_in):
