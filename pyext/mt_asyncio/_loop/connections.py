@@ -86,6 +86,49 @@ def _ssl_context(ssl, server_side):
     return _ssl.create_default_context()
 
 
+def _held_handshake_bytes(protocol, server_side):
+    """What a server's stream reader already read of the peer's first TLS
+    flight (start_tls() after a plain exchange): it belongs to the
+    handshake, and leaves the reader."""
+    reader = getattr(protocol, "_stream_reader", None)
+    if not (server_side and isinstance(protocol, streams.StreamReaderProtocol)
+            and reader is not None and reader._buffer):
+        return b""
+    held = bytes(reader._buffer)
+    reader._buffer.clear()
+    return held
+
+
+async def _switch_on_strand(transport, waiter, install):
+    """start_tls()'s switch: `install()` runs on the connection's strand, in
+    one go (nothing of the connection runs in between, so no byte reaches
+    the old protocol after its buffer moved, and the TLS layer is in place
+    before its first data; stdlib gets the same from call_soon's order on
+    one thread); then the handshake's waiter is awaited."""
+    abandoned = False
+
+    def switch():
+        if abandoned:
+            return  # start_tls() was cancelled first: leave it closed.
+        try:
+            install()
+        except BaseException as exc:
+            if not waiter.done():
+                waiter.set_exception(exc)
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                raise
+
+    transport._call_serialized(switch)
+    try:
+        await waiter
+    except BaseException:
+        # As asyncio cancels its pending connection_made/resume_reading
+        # callbacks: a switch not made yet is not made at all.
+        abandoned = True
+        transport.close()
+        raise
+
+
 class ConnectionMethods:
     """Mixed into mt_asyncio's EventLoop."""
 
@@ -193,90 +236,33 @@ class ConnectionMethods:
         waiter = self.create_future()
         if (isinstance(sslcontext, tls.TLSContext)
                 and getattr(transport, "_is_tls", None) is False):
-            return await self._start_tls_native(
-                transport, protocol, sslcontext, waiter, server_side,
-                server_hostname, ssl_handshake_timeout, ssl_shutdown_timeout)
+            # The native engine: the same transport turns into a TLS one
+            # on its strand; the protocol hears nothing more of the plain
+            # stream.
+            spec = sslcontext._mt_spec(server_side, server_hostname,
+                                       ssl_handshake_timeout, ssl_shutdown_timeout)
+
+            def install():
+                transport._start_tls(spec, protocol, waiter,
+                                     _held_handshake_bytes(protocol, server_side))
+
+            await _switch_on_strand(transport, waiter, install)
+            return transport
         ssl_protocol = TLSProtocol(
             self, protocol, sslcontext, waiter, server_side, server_hostname,
             ssl_handshake_timeout=ssl_handshake_timeout,
             ssl_shutdown_timeout=ssl_shutdown_timeout,
             call_connection_made=False)
-        def switch():
-            # On the connection's strand, in one go: nothing of the
-            # connection runs in between, so no byte reaches the old
-            # protocol after its buffer moved, and the TLS protocol has its
-            # connection_made before its first data (stdlib gets the same
-            # from call_soon's order on one thread).
-            if abandoned:
-                return  # start_tls() was cancelled first: leave it closed.
-            try:
-                transport.pause_reading()
-                if server_side:
-                    # Bytes a stream reader already holds belong to the
-                    # handshake.
-                    reader = getattr(protocol, "_stream_reader", None)
-                    if isinstance(protocol, streams.StreamReaderProtocol) and \
-                            reader is not None and reader._buffer:
-                        ssl_protocol._incoming.write(reader._buffer)
-                        reader._buffer.clear()
-                transport.set_protocol(ssl_protocol)
-                ssl_protocol.connection_made(transport)
-                transport.resume_reading()
-            except BaseException as exc:
-                if not waiter.done():
-                    waiter.set_exception(exc)
-                if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-                    raise
 
-        abandoned = False
-        transport._call_serialized(switch)
-        try:
-            await waiter
-        except BaseException:
-            # As asyncio cancels its pending connection_made/resume_reading
-            # callbacks: a switch not made yet is not made at all.
-            abandoned = True
-            transport.close()
-            raise
+        def install():
+            transport.pause_reading()
+            ssl_protocol._incoming.write(_held_handshake_bytes(protocol, server_side))
+            transport.set_protocol(ssl_protocol)
+            ssl_protocol.connection_made(transport)
+            transport.resume_reading()
+
+        await _switch_on_strand(transport, waiter, install)
         return ssl_protocol._app_transport
-
-    async def _start_tls_native(self, transport, protocol, sslcontext, waiter,
-                                server_side, server_hostname, handshake_timeout,
-                                shutdown_timeout):
-        """start_tls() of a plain connection of ours with a TLSContext: the
-        same transport turns into a TLS one on the native engine, on its
-        strand; the protocol hears nothing more of the plain stream."""
-        spec = sslcontext._mt_spec(server_side, server_hostname,
-                                   handshake_timeout, shutdown_timeout)
-
-        def switch():
-            if abandoned:
-                return  # start_tls() was cancelled first: leave it closed.
-            try:
-                initial = b""
-                reader = getattr(protocol, "_stream_reader", None)
-                if server_side and isinstance(protocol, streams.StreamReaderProtocol) \
-                        and reader is not None and reader._buffer:
-                    # Bytes a stream reader already holds belong to the
-                    # handshake.
-                    initial = bytes(reader._buffer)
-                    reader._buffer.clear()
-                transport._start_tls(spec, protocol, waiter, initial)
-            except BaseException as exc:
-                if not waiter.done():
-                    waiter.set_exception(exc)
-                if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-                    raise
-
-        abandoned = False
-        transport._call_serialized(switch)
-        try:
-            await waiter
-        except BaseException:
-            abandoned = True
-            transport.close()
-            raise
-        return transport
 
     async def _connect_sock(self, exceptions, addr_info, local_addr_infos=None):
         """One connection attempt; its errors are collected in a list that

@@ -188,6 +188,12 @@ class Conn final : public ConnectionUnit {
  private:
   bool Start();
   void ReadOnce();
+  // After recv(): `err` failed it (EAGAIN: arm for the next edge; else
+  // fatal); `n` of `wanted` bytes came (short: arm; full: come back);
+  // the peer's end of the stream came.
+  void ReadFailed(int err, const runtime::io::ReadyEvent& ready);
+  void ReadDone(std::size_t n, std::size_t wanted, const runtime::io::ReadyEvent& ready);
+  void NoteEof();
   void FlushIfWritable();
   void ServeWritableWaiter();
 
@@ -437,23 +443,11 @@ void Conn::ReadOnce() {
   if (n < 0) {
     const int err = errno;
     Py_DECREF(protocol);
-    if (err == EAGAIN || err == EWOULDBLOCK) {
-      driver.ClearReadiness(io_, io::Direction::kRead, *ready);
-      if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
-      return;
-    }
-    PyObject* exc = OsErrorFromErrno(err);
-    if (exc == nullptr) exc = PyErr_GetRaisedException();
-    Fatal(exc, "Fatal read error on socket transport");
+    ReadFailed(err, *ready);
     return;
   }
   if (n == 0) {
-    eof_seen_ = true;
-    if (GetDebug(loop_)) {
-      PyObject* r = PyObject_CallMethod(logger, "debug", "sO", "%r received EOF", transport_);
-      Py_XDECREF(r);
-      PyErr_Clear();
-    }
+    NoteEof();
     PyObject* keep_open = CallMethod(protocol, "eof_received");
     Py_DECREF(protocol);
     if (keep_open == nullptr) {
@@ -477,13 +471,39 @@ void Conn::ReadOnce() {
     return;
   }
   Py_DECREF(res);
-  if (static_cast<std::size_t>(n) < wanted) {
+  ReadDone(static_cast<std::size_t>(n), wanted, *ready);
+}
+
+void Conn::ReadFailed(int err, const io::ReadyEvent& ready) {
+  if (err == EAGAIN || err == EWOULDBLOCK) {
+    io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+    driver.ClearReadiness(io_, io::Direction::kRead, ready);
+    if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
+    return;
+  }
+  PyObject* exc = OsErrorFromErrno(err);
+  if (exc == nullptr) exc = PyErr_GetRaisedException();
+  Fatal(exc, "Fatal read error on socket transport");
+}
+
+void Conn::ReadDone(std::size_t n, std::size_t wanted, const io::ReadyEvent& ready) {
+  if (n < wanted) {
     // A short read drained the socket: forget the readiness we saw (a newer
     // event keeps it) and arm.
-    driver.ClearReadiness(io_, io::Direction::kRead, *ready);
+    io::IoDriver& driver = LoopRuntime(loop_).driver().io();
+    driver.ClearReadiness(io_, io::Direction::kRead, ready);
     if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
   } else {
     Wake(rt_task::ScheduleKind::kYield);  // More may wait; others go first.
+  }
+}
+
+void Conn::NoteEof() {
+  eof_seen_ = true;
+  if (GetDebug(loop_)) {
+    PyObject* r = PyObject_CallMethod(logger, "debug", "sO", "%r received EOF", transport_);
+    Py_XDECREF(r);
+    PyErr_Clear();
   }
 }
 
@@ -881,24 +901,11 @@ void Conn::TlsServe() {
     n = recv(fd_, buffer.get(), kReadSize, 0);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
-    const int err = errno;
-    if (err == EAGAIN || err == EWOULDBLOCK) {
-      driver.ClearReadiness(io_, io::Direction::kRead, *ready);
-      if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
-      return;
-    }
-    PyObject* exc = OsErrorFromErrno(err);
-    if (exc == nullptr) exc = PyErr_GetRaisedException();
-    Fatal(exc, "Fatal read error on socket transport");
+    ReadFailed(errno, *ready);
     return;
   }
   if (n == 0) {
-    eof_seen_ = true;
-    if (GetDebug(loop_)) {
-      PyObject* r = PyObject_CallMethod(logger, "debug", "sO", "%r received EOF", transport_);
-      Py_XDECREF(r);
-      PyErr_Clear();
-    }
+    NoteEof();
     TlsPeerEnded(/*clean=*/false);
     return;
   }
@@ -907,12 +914,7 @@ void Conn::TlsServe() {
     tls_->engine()->conn_feed(tls_->conn, buffer.get(), static_cast<std::size_t>(n));
   }
   TlsAdvance();
-  if (static_cast<std::size_t>(n) < kReadSize) {
-    driver.ClearReadiness(io_, io::Direction::kRead, *ready);
-    if (driver.PollReady(io_, io::Direction::kRead, this)) Wake(rt_task::ScheduleKind::kYield);
-  } else {
-    Wake(rt_task::ScheduleKind::kYield);
-  }
+  ReadDone(static_cast<std::size_t>(n), kReadSize, *ready);
 }
 
 void Conn::Close() {
