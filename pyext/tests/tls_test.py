@@ -193,6 +193,19 @@ async def stop_all_clients(server):
     server.close_clients()
 
 
+async def _connect_when_listening(port, ctx):
+    """open_connection() to an openssl s_server started a moment ago."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            return await asyncio.open_connection("127.0.0.1", port, ssl=ctx,
+                                                 server_hostname="localhost")
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
 @pytest.mark.skipif(not HAVE_OPENSSL, reason="no openssl command")
 @pytest.mark.parametrize("version", ["TLSv1_2", "TLSv1_3"])
 def test_native_client_against_openssl_s_server(certs, version):
@@ -207,18 +220,9 @@ def test_native_client_against_openssl_s_server(certs, version):
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         async def main():
-            deadline = time.monotonic() + WAIT
-            while True:
-                try:
-                    ctx = client_ctx(certs)
-                    ctx.set_alpn_protocols(["h2"])
-                    r, w = await asyncio.open_connection(
-                        "127.0.0.1", port, ssl=ctx, server_hostname="localhost")
-                    break
-                except ConnectionRefusedError:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.05)
+            ctx = client_ctx(certs)
+            ctx.set_alpn_protocols(["h2"])
+            r, w = await _connect_when_listening(port, ctx)
             obj = w.get_extra_info("ssl_object")
             assert obj.version() == version.replace("_", ".")
             assert obj.selected_alpn_protocol() == "h2"
@@ -634,16 +638,7 @@ def test_renegotiation_is_refused(certs):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         async def main():
-            deadline = time.monotonic() + WAIT
-            while True:
-                try:
-                    r, w = await asyncio.open_connection(
-                        "127.0.0.1", port, ssl=client_ctx(certs), server_hostname="localhost")
-                    break
-                except ConnectionRefusedError:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.05)
+            r, w = await _connect_when_listening(port, client_ctx(certs))
             server.stdin.write(b"R\n")  # s_server: renegotiate.
             server.stdin.flush()
             try:

@@ -69,9 +69,11 @@ X509* NewCert(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issu
   return cert;
 }
 
-std::string Pem(X509* cert) {
+// What `write` (a PEM_write_bio_* call) writes, as a string.
+template <typename Write>
+std::string ToPem(Write write) {
   BIO* bio = BIO_new(BIO_s_mem());
-  PEM_write_bio_X509(bio, cert);
+  write(bio);
   const uint8_t* data;
   size_t len;
   BIO_mem_contents(bio, &data, &len);
@@ -80,15 +82,14 @@ std::string Pem(X509* cert) {
   return out;
 }
 
+std::string Pem(X509* cert) {
+  return ToPem([cert](BIO* bio) { PEM_write_bio_X509(bio, cert); });
+}
+
 std::string Pem(EVP_PKEY* key) {
-  BIO* bio = BIO_new(BIO_s_mem());
-  PEM_write_bio_PrivateKey(bio, key, nullptr, nullptr, 0, nullptr, nullptr);
-  const uint8_t* data;
-  size_t len;
-  BIO_mem_contents(bio, &data, &len);
-  std::string out(reinterpret_cast<const char*>(data), len);
-  BIO_free(bio);
-  return out;
+  return ToPem([key](BIO* bio) {
+    PEM_write_bio_PrivateKey(bio, key, nullptr, nullptr, 0, nullptr, nullptr);
+  });
 }
 
 }  // namespace
