@@ -386,6 +386,13 @@ class TLSContext(_ssl.SSLContext):
     def _mt_spec(self, server_side, server_hostname, handshake_timeout,
                  shutdown_timeout):
         """What the transports take: see tls_session.h."""
+        # The ssl module's refusals of a context made for the other side.
+        if server_side and self.protocol == _ssl.PROTOCOL_TLS_CLIENT:
+            raise ValueError("Cannot create a server socket with a "
+                             "PROTOCOL_TLS_CLIENT context")
+        if not server_side and self.protocol == _ssl.PROTOCOL_TLS_SERVER:
+            raise ValueError("Cannot create a client socket with a "
+                             "PROTOCOL_TLS_SERVER context")
         return (self, self._mt_core(), bool(server_side), server_hostname or None,
                 60.0 if handshake_timeout is None else float(handshake_timeout),
                 30.0 if shutdown_timeout is None else float(shutdown_timeout))

@@ -430,6 +430,8 @@ def test_settings_are_mirrored_and_unsupported_ones_refused(certs):
         ctx.load_dh_params("/nonexistent")
     with pytest.raises(ValueError, match="set_ecdh_curve"):
         ctx.set_ecdh_curve("brainpoolP256r1")
+    with pytest.raises(ValueError, match="server socket with a PROTOCOL_TLS_CLIENT"):
+        ctx.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_side=True)
     # The ssl module still takes it, for its own sockets.
     plain = ctx.wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO(), server_hostname="localhost")
     assert isinstance(plain, ssl.SSLObject)
