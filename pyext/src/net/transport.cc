@@ -880,6 +880,16 @@ void Conn::TlsServe() {
     if (lost_pending_) return;
     arm_shutdown = tls_->state == TlsState::kShutdown && awaiting_peer_close_;
   }
+  if (arm_shutdown && eof_seen_) {
+    // The peer's end came before our close(): no close_notify will follow.
+    {
+      PyMutexGuard lock(mu_);
+      tls_->state = TlsState::kDone;
+      awaiting_peer_close_ = false;
+    }
+    Wake();  // FinishCloseIfDrained ends it.
+    return;
+  }
   // close() may come from any thread; its timer is started here, so that
   // it fires on this strand.
   if (arm_shutdown && tls_->timer == nullptr) TlsArmTimer(tls_->shutdown_timeout);
@@ -939,8 +949,8 @@ void Conn::Close() {
           MtTlsError err{};
           const int r = tls_->engine()->conn_shutdown(tls_->conn, &err);
           send_err = MoveCiphertextLocked(&buffered);
-          if (r == MT_TLS_WANT_READ && !eof_seen_) {
-            awaiting_peer_close_ = true;
+          if (r == MT_TLS_WANT_READ) {
+            awaiting_peer_close_ = true;  // TlsServe ends the wait if the peer is gone.
           } else {
             tls_->state = TlsState::kDone;
           }
