@@ -140,11 +140,25 @@ class TLSObject(_ssl.SSLObject):
     so reading, writing, handshaking and unwrapping through it raise."""
 
     def __init__(self, transport):  # noqa: super().__init__ refuses on purpose.
-        self._transport = transport
+        # Weakly: the transport's extra info holds this object, and a cycle
+        # would leave every finished TLS connection to the cyclic collector.
+        self._owner = weakref.ref(transport)
         self._context = transport._tls_info("context")
 
+    @property
+    def _transport(self):
+        transport = self._owner()
+        if transport is None:
+            raise ValueError("the TLS connection is gone")
+        return transport
+
+    def _info(self, what, index=0):
+        """What the connection's engine says, or None once it is gone."""
+        transport = self._owner()
+        return None if transport is None else transport._tls_info(what, index)
+
     def __repr__(self):
-        return f"<mt_asyncio.tls.TLSObject of {self._transport!r}>"
+        return f"<mt_asyncio.tls.TLSObject of {self._owner()!r}>"
 
     @property
     def context(self):
@@ -160,23 +174,23 @@ class TLSObject(_ssl.SSLObject):
 
     @property
     def server_side(self):
-        return self._transport._tls_info("server_side")
+        return self._info("server_side")
 
     @property
     def server_hostname(self):
-        return self._transport._tls_info("server_hostname")
+        return self._info("server_hostname")
 
     @property
     def session_reused(self):
-        return bool(self._transport._tls_info("session_reused"))
+        return bool(self._info("session_reused"))
 
     def _done(self):
-        if not self._transport._tls_info("established"):
+        if not self._info("established"):
             raise ValueError("handshake not done yet")
 
     def getpeercert(self, binary_form=False):
         self._done()
-        der = self._transport._tls_info("peer_cert", 0)
+        der = self._info("peer_cert", 0)
         if binary_form or der is None:
             return der
         if self._context.verify_mode == _ssl.CERT_NONE:
@@ -186,26 +200,26 @@ class TLSObject(_ssl.SSLObject):
     def get_unverified_chain(self):
         self._done()
         chain = []
-        while (der := self._transport._tls_info("peer_cert", len(chain))) is not None:
+        while (der := self._info("peer_cert", _len(chain))) is not None:
             chain.append(der)
         return chain
 
     def get_verified_chain(self):
-        if self._transport._tls_info("verify_result") != 0:
+        if self._info("verify_result") != 0:
             return []
         return self.get_unverified_chain()
 
     def cipher(self):
-        return self._transport._tls_info("cipher")
+        return self._info("cipher")
 
     def shared_ciphers(self):
-        return self._transport._tls_info("shared_ciphers")
+        return self._info("shared_ciphers")
 
     def version(self):
-        return self._transport._tls_info("version")
+        return self._info("version")
 
     def selected_alpn_protocol(self):
-        return self._transport._tls_info("alpn")
+        return self._info("alpn")
 
     def selected_npn_protocol(self):
         return None
@@ -248,9 +262,10 @@ class TLSBIOObject(TLSObject):
 
     def __init__(self, bio, incoming, outgoing):
         super().__init__(bio)
+        self._bio = bio  # Its own (the engine holds nothing of this object).
         self._incoming = incoming
         self._outgoing = outgoing
-        _BIO_OWNERS[bio] = self
+        _BIO_OWNERS[id(bio)] = self
 
     def _feed(self):
         data = self._incoming.read()
@@ -587,7 +602,7 @@ class TLSContext(_ssl.SSLContext):
         if callback is None:
             return None
         if isinstance(owner, _core.TLSBio):
-            ssl_object = _BIO_OWNERS.get(owner) or TLSObject(owner)
+            ssl_object = _BIO_OWNERS.get(id(owner)) or TLSObject(owner)
         else:
             ssl_object = TLSObject(owner)
             owner.__dict__["_mt_tls_object"] = ssl_object  # The extra's, later.
@@ -595,8 +610,9 @@ class TLSContext(_ssl.SSLContext):
 
 
 _base_new = _ssl.SSLContext.__new__
-# A wrap_bio() engine's SSLObject, for its SNI callback.
-_BIO_OWNERS = weakref.WeakKeyDictionary()
+# A wrap_bio() engine's SSLObject, by the engine's id, for its SNI
+# callback; weak, so the object (which owns the engine) is not kept.
+_BIO_OWNERS = weakref.WeakValueDictionary()
 
 
 def create_default_context(purpose=_ssl.Purpose.SERVER_AUTH, *, cafile=None,
