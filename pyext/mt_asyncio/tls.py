@@ -22,6 +22,7 @@ takes that back.
 import os
 import ssl as _ssl
 import threading
+import types
 import weakref
 
 from . import _core
@@ -615,12 +616,20 @@ _base_new = _ssl.SSLContext.__new__
 _BIO_OWNERS = weakref.WeakValueDictionary()
 
 
-def create_default_context(purpose=_ssl.Purpose.SERVER_AUTH, *, cafile=None,
-                           capath=None, cadata=None):
-    """ssl.create_default_context(), made of a TLSContext."""
-    with _installed():
-        return _ssl.create_default_context(purpose, cafile=cafile,
-                                           capath=capath, cadata=cadata)
+def _with_tls_context(function):
+    """The ssl module's `function` itself, its code run with TLSContext as
+    the class it names SSLContext: its defaults, checks and environment
+    (SSLKEYLOGFILE) exactly, and no global patched meanwhile (another
+    thread making an ssl.SSLContext at that moment gets the ssl module's)."""
+    scope = dict(vars(_ssl), SSLContext=TLSContext)
+    made = types.FunctionType(function.__code__, scope, function.__name__,
+                              function.__defaults__, function.__closure__)
+    made.__kwdefaults__ = function.__kwdefaults__
+    made.__doc__ = f"ssl.{function.__name__}(), made of a TLSContext."
+    return made
+
+
+create_default_context = _with_tls_context(_ssl.create_default_context)
 
 
 # --- install(): ssl.SSLContext(...) makes TLSContext ----------------------
@@ -665,10 +674,3 @@ def uninstall():
 def installed():
     return _install_count > 0
 
-
-class _installed:
-    def __enter__(self):
-        install()
-
-    def __exit__(self, *exc):
-        uninstall()
