@@ -20,6 +20,8 @@ import tempfile
 import threading
 import time
 
+from workloads import echo_stream  # The in-process rows' handler too.
+
 HERE = os.path.abspath(__file__)
 
 # workload -> (connections, requests per connection, payload bytes)
@@ -132,15 +134,6 @@ def _make_server(aio, workload, sock_kwargs, ssl_ctx):
 
         def data_received(self, data):
             self.transport.write(data)
-
-    async def echo_stream(reader, writer):
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except ConnectionError:
-            pass
-        writer.close()
 
     async def http(reader, writer):
         body = b"x" * 32

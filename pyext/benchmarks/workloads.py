@@ -312,7 +312,9 @@ def _tls_contexts(aio):
     return tlscerts.contexts(native)
 
 
-async def _tls_echo(reader, writer):
+async def echo_stream(reader, writer):
+    """The echo servers' handler (the network rows' too): what comes back
+    until EOF."""
     try:
         while data := await reader.read(65536):
             writer.write(data)
@@ -329,7 +331,7 @@ def tls_echo_inproc(scale):
 
     async def pair(aio):
         server_ctx, client_ctx = _tls_contexts(aio)
-        server = await aio.start_server(_tls_echo, "127.0.0.1", 0, ssl=server_ctx)
+        server = await aio.start_server(echo_stream, "127.0.0.1", 0, ssl=server_ctx)
         port = server.sockets[0].getsockname()[1]
         r, w = await aio.open_connection("127.0.0.1", port, ssl=client_ctx,
                                          server_hostname="localhost")
@@ -351,7 +353,7 @@ def tls_handshakes_inproc(scale):
 
     async def pair(aio):
         server_ctx, client_ctx = _tls_contexts(aio)
-        server = await aio.start_server(_tls_echo, "127.0.0.1", 0, ssl=server_ctx)
+        server = await aio.start_server(echo_stream, "127.0.0.1", 0, ssl=server_ctx)
         port = server.sockets[0].getsockname()[1]
         for _ in range(connections):
             r, w = await aio.open_connection("127.0.0.1", port, ssl=client_ctx,
