@@ -778,7 +778,8 @@ def test_finished_tls_connections_need_no_cyclic_collector(certs):
         gc.set_debug(0)
         gc.garbage.clear()
         gc.enable()
-    # One may sit in a traceback's cycle (a handler's error at close); not
-    # one per connection.
-    assert kinds["SocketTransport"] <= 2, kinds
-    assert kinds["TLSObject"] <= 2, kinds
+    # A few may sit in other cycles that happen to be there (a handler's
+    # error at close keeps its frame; three under ASan once), never one per
+    # connection end (40).
+    assert kinds["SocketTransport"] < 10, kinds
+    assert kinds["TLSObject"] < 10, kinds
