@@ -744,38 +744,34 @@ bool Conn::TlsHandOver(const char* data, std::size_t n) {
 void Conn::TlsDeliver() {
   const MtTlsEngine* e = tls_->engine();
   thread_local std::unique_ptr<char[]> buffer(new char[kReadSize]);
-  for (;;) {
-    std::size_t total = 0;
-    int status = MT_TLS_OK;
-    MtTlsError err{};
-    int send_err;
-    bool buffered = false;
-    {
-      PyMutexGuard lock(mu_);
-      if (tls_->state != TlsState::kWrapped || reading_paused_ || lost_pending_) return;
-      // Records are at most 16 KiB: gather what is there into one
-      // delivery, as a plain connection's one recv() would be.
-      while (total < kReadSize && status == MT_TLS_OK) {
-        total += e->conn_read(tls_->conn, buffer.get() + total, kReadSize - total, &status, &err);
-      }
-      // Reading may answer (a key update, an alert).
-      send_err = MoveCiphertextLocked(&buffered);
+  std::size_t total = 0;
+  int status = MT_TLS_OK;
+  MtTlsError err{};
+  int send_err;
+  bool buffered = false;
+  {
+    PyMutexGuard lock(mu_);
+    if (tls_->state != TlsState::kWrapped || reading_paused_ || lost_pending_) return;
+    // Records are at most 16 KiB: gather what is there into one
+    // delivery, as a plain connection's one recv() would be.
+    while (total < kReadSize && status == MT_TLS_OK) {
+      total += e->conn_read(tls_->conn, buffer.get() + total, kReadSize - total, &status, &err);
     }
-    if (total > 0 && !TlsHandOver(buffer.get(), total)) return;
-    if (status == MT_TLS_CLOSED) {
-      TlsPeerEnded(/*clean=*/true);
-      return;
-    }
-    if (status == MT_TLS_FAILED) {
-      Fatal(tls::MakeError(err), "Fatal error on SSL protocol");
-      return;
-    }
-    TlsSendAfter(send_err, buffered);
-    if (status == MT_TLS_WANT_READ) return;
-    // The buffer filled: more may be there; other units go first.
-    Wake(rt_task::ScheduleKind::kYield);
+    // Reading may answer (a key update, an alert).
+    send_err = MoveCiphertextLocked(&buffered);
+  }
+  if (total > 0 && !TlsHandOver(buffer.get(), total)) return;
+  if (status == MT_TLS_CLOSED) {
+    TlsPeerEnded(/*clean=*/true);
     return;
   }
+  if (status == MT_TLS_FAILED) {
+    Fatal(tls::MakeError(err), "Fatal error on SSL protocol");
+    return;
+  }
+  TlsSendAfter(send_err, buffered);
+  // The buffer filled: more may be there; other units go first.
+  if (status != MT_TLS_WANT_READ) Wake(rt_task::ScheduleKind::kYield);
 }
 
 bool Conn::TlsDeliverEof() {

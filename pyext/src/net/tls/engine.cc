@@ -43,7 +43,6 @@ struct MtTlsConn {
   mt::tls::ByteQueue in;
   mt::tls::ByteQueue out;
   std::string server_name;  // A client's: the session cache's key.
-  bool shutdown_sent = false;
   std::string shared_ciphers;  // A server's, from the ClientHello.
 };
 
@@ -702,7 +701,6 @@ int ConnWrite(MtTlsConn* conn, const char* data, size_t len, MtTlsError* err) {
 int ConnShutdown(MtTlsConn* conn, MtTlsError* err) {
   ERR_clear_error();
   const int r = SSL_shutdown(conn->ssl);
-  conn->shutdown_sent = true;
   if (r == 1) return MT_TLS_OK;
   if (r == 0) return MT_TLS_WANT_READ;
   const int result = Failure(conn, r, err);

@@ -178,11 +178,6 @@ TEST_F(EngineTest, AlpnFollowsTheServersOrder) {
   EXPECT_STREQ(chosen, "h2");
 }
 
-struct VerifyCase {
-  const char* what;
-  long code;
-};
-
 TEST_F(EngineTest, UntrustedExpiredAndWrongHostFailWithTheirCodes) {
   const Identity untrusted = TestPki::SelfSigned("localhost", "DNS:localhost");
   const Identity expired = pki_->Leaf("localhost", "DNS:localhost", /*expired=*/true);
