@@ -8,6 +8,10 @@ namespace {
 
 thread_local Strand* current_strand = nullptr;
 
+// The source of wake-order tickets (Strand::TakeTicket). Relaxed: tickets
+// order admission for fairness; exclusion never depends on them.
+std::atomic<std::uint64_t> next_ticket{1};
+
 // A wake held by a RunScope: of a strand (with a reference to it), or of
 // a plain unit that followed one (Strand::HoldBehindHeldWakes), whose
 // queue reference the entry owns until `target` gets it.
@@ -59,7 +63,9 @@ bool Strand::EnterAncestors() {
   for (Strand* a = parent_; a != nullptr; a = a->parent_) {
     {
       std::lock_guard<std::mutex> lock(a->gate_mu_);
-      if (!a->writer_running_ && !a->writer_waiting_) {
+      // A waiting writer lets the readers woken before it go first.
+      if (!a->writer_running_ &&
+          (!a->writer_waiting_ || ticket_.load(std::memory_order_relaxed) < a->writer_ticket_)) {
         ++a->readers_;
         continue;
       }
@@ -86,7 +92,9 @@ void Strand::LeaveAncestors(const Strand* stop) {
 bool Strand::EnterSelf() {
   std::lock_guard<std::mutex> lock(gate_mu_);
   if (readers_ > 0) {
-    writer_waiting_ = true;  // New readers hold off; the last one wakes us.
+    // Readers woken after us hold off; the last one out wakes us.
+    writer_waiting_ = true;
+    writer_ticket_ = ticket_.load(std::memory_order_relaxed);
     return false;
   }
   writer_running_ = true;
@@ -116,6 +124,15 @@ void Strand::WakeBlocked() {
   }
 }
 
+bool Strand::writer_waiting() {
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  return writer_waiting_;
+}
+
+void Strand::TakeTicket() {
+  ticket_.store(next_ticket.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
 int Strand::running_descendants() {
   std::lock_guard<std::mutex> lock(gate_mu_);
   return readers_;
@@ -127,6 +144,7 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!cancelled_) {
+      if (queue_.empty()) TakeTicket();
       queue_.push_back(task);
       task = nullptr;
     }
@@ -257,16 +275,20 @@ bool Strand::Poll() {
   current_strand = outer;
   LeaveSelf();
   LeaveAncestors(nullptr);
-  if (ran == kBudget || gave_way) {
+  bool more;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    more = !queue_.empty();
+    // What is left waits behind what was woken meanwhile, however the poll
+    // ended: a strand whose units keep yielding to each other must not keep
+    // the ticket of its first wake and pass a waiting writer for ever.
+    if (more) TakeTicket();
+  }
+  if (more && (ran == kBudget || gave_way)) {
     // Units queued before this poll began woke a strand that was already
     // scheduled, which the state word does not remember: ask again, and
     // let other work run first.
-    bool more;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      more = !queue_.empty();
-    }
-    if (more) Wake(task::ScheduleKind::kYield);
+    Wake(task::ScheduleKind::kYield);
   }
   return false;  // A strand lives as long as references to it do.
 }

@@ -1,7 +1,9 @@
 #ifndef MT_RUNTIME_SCHEDULER_STRAND_H_
 #define MT_RUNTIME_SCHEDULER_STRAND_H_
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -30,8 +32,16 @@ namespace mt::runtime::scheduler {
 // child of the task's): library code in that task, iterating over its
 // connections or reading what their callbacks buffered, sees them as a
 // one-thread loop would, while the connections run in parallel with each
-// other. A waiting writer holds off new readers, so a busy set of
-// connections cannot starve the task that owns them.
+// other. Admission is in wake order: a strand carries a ticket taken when
+// it last became runnable (a unit queued on an empty queue, or a poll that
+// left units behind), and a waiting writer holds off the readers woken
+// after it while those woken before it still run — as a one-thread loop
+// would run the callbacks ready before the owner's step first. So a busy
+// set of connections cannot starve the task that owns them (each reader
+// ahead of it runs one poll), and the workers keep running the readers
+// already waiting instead of idling while the writer's turn drains: a
+// waiting writer that held off every reader left all but one worker idle
+// until the running readers finished, once per step of the owner.
 //
 // The strand is itself a unit of `target`: binding a unit to it
 // (Task::set_executor) makes every wake of that unit go through
@@ -91,6 +101,8 @@ class Strand final : public task::Task, public task::Executor {
   std::size_t queued();
   // Descendants running now (for tests).
   int running_descendants();
+  // Whether the strand waits for running descendants to leave (for tests).
+  bool writer_waiting();
 
   // Makes `strand` Current() on this thread while it lives, as if one of
   // its units ran here: what the thread makes meanwhile is bound to it. For
@@ -157,6 +169,8 @@ class Strand final : public task::Task, public task::Executor {
   // Leaves it, waking the descendants that queued on it.
   void LeaveSelf();
   void WakeBlocked();
+  // Takes a new wake-order ticket (see the class comment).
+  void TakeTicket();
 
   Strand* const parent_;  // One reference, or nullptr.
   const Inherit inherit_;
@@ -167,11 +181,17 @@ class Strand final : public task::Task, public task::Executor {
   // Set by Schedule when the unit running in this strand's poll yields
   // (kYield: asyncio.sleep(0)); only that thread touches it.
   bool unit_yielded_ = false;
+  // When the strand last became runnable, in the order of every strand's
+  // wakes (a global counter); written under mu_, read by the gates of its
+  // ancestors.
+  std::atomic<std::uint64_t> ticket_{0};
 
   std::mutex gate_mu_;
   int readers_ = 0;              // Running descendants. Guarded by gate_mu_.
   bool writer_running_ = false;  // Guarded by gate_mu_.
   bool writer_waiting_ = false;  // Guarded by gate_mu_.
+  // The waiting writer's ticket: readers with an earlier one still enter.
+  std::uint64_t writer_ticket_ = 0;  // Guarded by gate_mu_.
   // Descendants that found us running or waiting; one reference each.
   std::vector<Strand*> blocked_;  // Guarded by gate_mu_.
 };

@@ -425,6 +425,78 @@ TEST(StrandTest, ParentExcludesItsDescendantsWhichRunInParallel) {
   rt.Shutdown();
 }
 
+// A waiting writer admits the readers woken before it and holds off the
+// ones woken after it. B is woken before the parent (its wake held by the
+// running unit Y until the parent waits for A), C after: B runs beside A
+// while the parent waits, C only after the parent's turn. Holding off B
+// too left a worker idle until A was done, once per step of the parent.
+TEST(StrandTest, WaitingWriterAdmitsReadersWokenBeforeIt) {
+  Runtime rt(TestConfig(3));
+  ASSERT_TRUE(rt.Start().ok());
+  Strand* parent = Strand::Create(rt.executor());
+  Strand* a = Strand::Create(rt.executor(), parent);
+  Strand* b = Strand::Create(rt.executor(), parent);
+  Strand* c = Strand::Create(rt.executor(), parent);
+  std::atomic<bool> a_running{false}, release_a{false}, b_queued{false}, release_y{false};
+  std::atomic<bool> b_ran_beside_a{false};
+  std::mutex order_mu;
+  std::vector<std::string> order;
+  auto record = [&](const char* what) {
+    std::lock_guard<std::mutex> lock(order_mu);
+    order.push_back(what);
+  };
+  auto* unit_b = new LambdaTask(
+      [&](LambdaTask*) {
+        b_ran_beside_a = a_running.load();
+        record("b");
+        return true;
+      },
+      /*scheduled=*/false);
+  unit_b->set_executor(b);
+  StartOn(a, [&](LambdaTask*) {
+    a_running = true;
+    while (!release_a.load()) std::this_thread::yield();
+    a_running = false;
+    record("a");
+    return true;
+  })->Unref();
+  ASSERT_TRUE(Eventually([&] { return a_running.load(); }));
+  ASSERT_TRUE(rt.Spawn([&] {
+                  unit_b->Wake();  // Queued and ticketed now, handed over when Y returns.
+                  b_queued = true;
+                  while (!release_y.load()) std::this_thread::yield();
+                }).ok());
+  ASSERT_TRUE(Eventually([&] { return b_queued.load(); }));
+  StartOn(parent, [&](LambdaTask*) {
+    record("parent");
+    return true;
+  })->Unref();
+  ASSERT_TRUE(Eventually([&] { return parent->writer_waiting(); }));
+  StartOn(c, [&](LambdaTask*) {
+    record("c");
+    return true;
+  })->Unref();
+  std::this_thread::sleep_for(milliseconds(20));  // C has a free worker meanwhile.
+  release_y = true;
+  EXPECT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(order_mu);
+    return order.size() == 1;
+  }));
+  release_a = true;
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(order_mu);
+    return order.size() == 4;
+  }));
+  EXPECT_TRUE(b_ran_beside_a.load());
+  EXPECT_EQ(order, (std::vector<std::string>{"b", "a", "parent", "c"}));
+  unit_b->Unref();
+  c->Unref();
+  b->Unref();
+  a->Unref();
+  parent->Unref();
+  rt.Shutdown();
+}
+
 // The strand keeps itself alive while a bound unit exists, even after its
 // creator dropped it; units woken after the runtime stopped are cancelled,
 // never lost.
