@@ -16,7 +16,10 @@ Every cell is a fresh process that imports one build's mt_asyncio and
 runs the workload once to warm up and once timed; the two builds
 alternate which goes first in each round, so drift on a shared machine
 lands on both. Prints a Markdown row per workload and worker count:
-medians (seconds), their ratio, and each build's range.
+medians (seconds), their ratio, each build's range, and the median share
+of the timed run's wall time each build's workers spent busy (the
+runtime's per-worker counters, summed over the workers: 2.00 is two
+workers busy all the time).
 """
 
 import argparse
@@ -34,7 +37,8 @@ import json, sys
 sys.path[:0] = [{build!r}, {bench!r}]
 import cell
 result = cell.run_cell("mt_asyncio", {workload!r}, {threads}, {scale!r})
-print(json.dumps(result["time"]))
+busy = sum(w["busy_ns"] / 1e9 / w["elapsed"] for w in result["workers"])
+print(json.dumps([result["time"], busy]))
 """
 
 
@@ -60,21 +64,25 @@ def main():
     builds = {"before": os.path.abspath(args.before),
               "after": os.path.abspath(args.after)}
     print("| workload | workers | before | after | after/before "
-          "| before range | after range |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "| before range | after range | busy before | busy after |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for workload in args.workloads:
         for threads in (int(t) for t in args.threads.split(",")):
             times = {"before": [], "after": []}
+            busy = {"before": [], "after": []}
             for r in range(args.rounds):
                 order = ("before", "after") if r % 2 == 0 else ("after", "before")
                 for name in order:
-                    times[name].append(
-                        run_cell(builds[name], workload, threads, args.scale))
+                    took, busy_share = run_cell(builds[name], workload, threads, args.scale)
+                    times[name].append(took)
+                    busy[name].append(busy_share)
             b = statistics.median(times["before"])
             a = statistics.median(times["after"])
             print(f"| {workload} | {threads} | {b:.3f} | {a:.3f} | {a / b:.2f}× "
                   f"| {min(times['before']):.3f}–{max(times['before']):.3f} "
-                  f"| {min(times['after']):.3f}–{max(times['after']):.3f} |",
+                  f"| {min(times['after']):.3f}–{max(times['after']):.3f} "
+                  f"| {statistics.median(busy['before']):.2f} "
+                  f"| {statistics.median(busy['after']):.2f} |",
                   flush=True)
 
 

@@ -153,9 +153,17 @@ def run_pypi_mt_asyncio(factories, threads):
     return [len(factories)]
 
 
-def _units_run_per_worker():
+# What each worker did in the last run_mt_asyncio() call, from the
+# runtime's own per-worker counters: units run, busy seconds, parks and
+# steals (the bench's --workers table).
+WORKER_PROFILE = None
+_PROFILED = ("units_run", "busy_ns", "parks", "steals", "stolen_units")
+
+
+def _worker_counters():
     import mt_asyncio
-    return {w["index"]: w["units_run"] for w in mt_asyncio.runtime_info()["workers"]}
+    return {w["index"]: {k: w[k] for k in _PROFILED}
+            for w in mt_asyncio.runtime_info()["workers"]}
 
 
 def run_mt_asyncio(factories, threads):
@@ -167,16 +175,25 @@ def run_mt_asyncio(factories, threads):
     (task steps and callbacks) each worker ran, from the runtime's own
     per-worker counters.
     """
+    global WORKER_PROFILE
+    import time
+
     import mt_asyncio.asyncio as aio
 
     async def main():
         await aio.gather(*(f(aio) for f in factories))
 
-    before = _units_run_per_worker()
+    before = _worker_counters()
+    start = time.perf_counter()
     aio.run(main(), threads=threads)
-    after = _units_run_per_worker()
-    counts = [n - before.get(i, 0) for i, n in after.items()]
-    return sorted(counts, reverse=True)
+    elapsed = time.perf_counter() - start
+    after = _worker_counters()
+    zero = dict.fromkeys(_PROFILED, 0)
+    WORKER_PROFILE = [
+        {"elapsed": elapsed,
+         **{k: n[k] - before.get(i, zero)[k] for k in _PROFILED}}
+        for i, n in sorted(after.items())]
+    return sorted((w["units_run"] for w in WORKER_PROFILE), reverse=True)
 
 
 def run_mt_asyncio_ssl(factories, threads):

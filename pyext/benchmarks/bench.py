@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import backends  # noqa: E402
 from cell import gil_enabled  # noqa: E402
 import net  # noqa: E402
+import report  # noqa: E402
 import workloads  # noqa: E402
 
 ALL_WORKLOADS = sorted(workloads.WORKLOADS) + sorted(net.NET_WORKLOADS)
@@ -87,7 +88,7 @@ def steal_share(before, after):
 
 # Runs one cell in its process; imports only the backends and workloads.
 CELL_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cell.py")
-CELL_TIMEOUT_S = 600
+CELL_TIMEOUT_S = 600  # --cell-timeout
 
 
 def run_rounds(cells, repeats, run_one):
@@ -109,7 +110,7 @@ def run_rounds(cells, repeats, run_one):
     return results, failed
 
 
-def spawn_cell(backend, workload, threads, scale):
+def spawn_cell(backend, workload, threads, scale, timeout=CELL_TIMEOUT_S):
     """One cell in a fresh process (one warm-up, one counted run): its
     result; net.CellFailed when the backend failed the workload (a peer
     that cannot run it)."""
@@ -121,9 +122,9 @@ def spawn_cell(backend, workload, threads, scale):
            json.dumps([backend, workload, threads, scale])]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                              timeout=CELL_TIMEOUT_S)
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise net.CellFailed(f"no result in {CELL_TIMEOUT_S} s") from None
+        raise net.CellFailed(f"no result in {timeout:g} s") from None
     if proc.returncode != 0:
         raise net.CellFailed(net.failure_reason(proc.stderr)
                              or f"exit status {proc.returncode}")
@@ -144,20 +145,59 @@ def backend_unavailable(backend):
     return None
 
 
+def _two_over_one_cell(ratios, r):
+    """The 2-thread row's speed over the same backend's 1-thread row."""
+    ratio = ratios.get((r["workload"], r["backend"])) if r["threads"] == 2 else None
+    return f"{ratio:.2f}x" if ratio is not None else "-"
+
+
 def format_table(rows):
-    header = ["workload", "backend", "threads", "median s", "spread s", "vs asyncio", "balance"]
+    header = ["workload", "backend", "threads", "median s", "spread s", "vs asyncio",
+              "2 thr/1 thr", "balance"]
     lines = [header]
+    ratios = report.two_over_one(rows, network=False)
     for r in rows:
         if r.get("error"):
             lines.append([r["workload"], r["backend"], str(r["threads"]), "FAIL",
-                          "-", "-", r["error"][:100]])
+                          "-", "-", "-", r["error"][:100]])
             continue
         lines.append([
             r["workload"], r["backend"], str(r["threads"]),
             f"{r['median']:.4f}", f"{r['min']:.4f}-{r['max']:.4f}",
             f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-",
+            _two_over_one_cell(ratios, r),
             "/".join(str(c) for c in r["balance"] or []),
         ])
+    return render(lines)
+
+
+def worker_profile(rounds):
+    """Per worker, the medians over the rounds of its share of the run's
+    wall time spent running units (busy), and of its parks and steals."""
+    out = []
+    for i in range(min(len(r) for r in rounds)):
+        mine = [r[i] for r in rounds]
+        out.append({
+            "busy_share": statistics.median(w["busy_ns"] / 1e9 / w["elapsed"] for w in mine),
+            "parks": statistics.median(w["parks"] for w in mine),
+            "steals": statistics.median(w["steals"] for w in mine),
+            "units_run": statistics.median(w["units_run"] for w in mine),
+        })
+    return out
+
+
+def format_workers_table(rows):
+    header = ["workload", "backend", "threads", "busy share", "units run", "parks", "steals"]
+    lines = [header]
+    for r in rows:
+        if "workers" not in r:
+            continue
+        ws = r["workers"]
+        lines.append([r["workload"], r["backend"], str(r["threads"]),
+                      "/".join(f"{w['busy_share']:.0%}" for w in ws),
+                      "/".join(f"{w['units_run']:.0f}" for w in ws),
+                      "/".join(f"{w['parks']:.0f}" for w in ws),
+                      "/".join(f"{w['steals']:.0f}" for w in ws)])
     return render(lines)
 
 
@@ -187,6 +227,9 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=None, help="counted runs per cell (default 5)")
     p.add_argument("--scale", type=float, default=None, help="multiplies workload sizes")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--workers", action="store_true",
+                   help="also print what each mt_asyncio worker did: its busy share of "
+                        "the run, units run, parks and steals (the runtime's counters)")
     p.add_argument("--plot", metavar="DIR",
                    help="write PNG charts (matplotlib) of the results into DIR")
     p.add_argument("--compare", metavar="OLD_JSON",
@@ -197,6 +240,9 @@ def parse_args(argv):
                    help="measure nothing: plot/compare/tabulate earlier --json "
                         "runs (several: their cells merged, a later file's "
                         "cell replacing an earlier one's)")
+    p.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S, metavar="S",
+                   help="seconds a cell's process may take before the cell is a FAIL "
+                        f"(a peer that hangs; default {CELL_TIMEOUT_S})")
     p.add_argument("--allow-unoptimized", action="store_true",
                    help="run even on a debug/sanitizer extension (tests only: "
                         "the numbers are then not measurements)")
@@ -228,19 +274,21 @@ def parse_args(argv):
 
 def format_net_table(rows):
     header = ["workload", "backend", "threads", "median rps", "spread rps",
-              "vs asyncio", "p50 ms", "p99 ms", "balance / bytes per conn"]
+              "vs asyncio", "2 thr/1 thr", "p50 ms", "p99 ms", "balance / bytes per conn"]
     lines = [header]
+    ratios = report.two_over_one(rows, network=True)
     for r in rows:
         idle = r["workload"] == "idle_conns"
         if r.get("error"):
             lines.append([r["workload"], r["backend"], str(r["threads"]), "FAIL",
-                          "-", "-", "-", "-", r["error"][:100]])
+                          "-", "-", "-", "-", "-", r["error"][:100]])
             continue
         lines.append([
             r["workload"], r["backend"], str(r["threads"]),
             "-" if idle else f"{r['median']:.0f}",
             "-" if idle else f"{r['min']:.0f}-{r['max']:.0f}",
             f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-",
+            _two_over_one_cell(ratios, r),
             "-" if idle else f"{r['p50_ms']:.3f}",
             "-" if idle else f"{r['p99_ms']:.3f}",
             f"{r['bytes_per_conn']:.0f} B" if idle else
@@ -388,7 +436,6 @@ def report_saved(args, data):
         written = plots.write_plots(data, args.plot)
         print(f"\nwrote {len(written)} charts into {args.plot}")
     if args.markdown:
-        import report
         print(f"wrote {report.write_markdown(data, args.markdown)}")
 
 
@@ -441,10 +488,12 @@ def main(argv=None):
                                  else args.threads)]
         results, failed = run_rounds(
             cells, args.repeats,
-            lambda backend, threads: spawn_cell(backend, workload, threads, args.scale))
+            lambda backend, threads: spawn_cell(backend, workload, threads, args.scale,
+                                                args.cell_timeout))
         times = {c: [x["time"] for x in results[c]] for c in cells}
         balance = {c: (results[c][-1]["balance"], results[c][-1]["coroutines"])
                    for c in cells if results[c]}
+        profiles = {c: [x["workers"] for x in results[c] if "workers" in x] for c in cells}
         gil_stayed_off &= not any(x["gil_enabled_after"] for c in cells for x in results[c])
         baseline = (statistics.median(times[("asyncio", 1)])
                     if times.get(("asyncio", 1)) else None)
@@ -461,11 +510,16 @@ def main(argv=None):
                 "balance": balance[(backend, threads)][0],
                 "coroutines": balance[(backend, threads)][1],
                 "ratio": baseline / median if baseline else None,
+                **({"workers": worker_profile(profiles[(backend, threads)])}
+                   if profiles[(backend, threads)] else {}),
             })
 
     print()
     if rows:
         print(format_table(rows))
+    if args.workers and any("workers" in r for r in rows):
+        print("\nwhat each mt_asyncio worker did (medians over the rounds):")
+        print(format_workers_table(rows))
     net_rows = run_net(args)
     if net_rows:
         print("\nnetwork (server in its own process, load from another; "

@@ -32,8 +32,11 @@ def run_cell(backend, workload, threads, scale):
     elapsed = time.perf_counter() - start
     if isinstance(balance, backends.Timed):
         balance, elapsed = balance.balance, balance.elapsed
-    return {"time": elapsed, "balance": balance, "coroutines": len(factories),
-            "gil_enabled_after": gil_enabled()}
+    result = {"time": elapsed, "balance": balance, "coroutines": len(factories),
+              "gil_enabled_after": gil_enabled()}
+    if backends.WORKER_PROFILE is not None:
+        result["workers"] = backends.WORKER_PROFILE
+    return result
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ Two tables:
 - at a glance: one line per workload, one column per backend and thread
   count, each cell the speed against stdlib asyncio (FAIL where the
   backend could not run it, a dash where it was not asked to);
+- two threads against one: for each backend that takes a thread count,
+  its one-thread median over its two-thread median (above 1: the second
+  thread helped);
 - every cell: median, spread (min-max), ratio and balance of each
   (workload, backend, threads), with p50/p99 latency for the network rows
   and the failure reason for a FAIL.
@@ -62,6 +65,30 @@ def glance_table(rows):
     return _table(header, lines)
 
 
+def two_over_one(rows, network):
+    """{(workload, backend): speed at two threads over speed at one} for
+    every backend measured at both; network rows are rates (rps), the
+    others times."""
+    medians = {(r["workload"], r["backend"], r["threads"]): r["median"]
+               for r in rows if not r.get("error") and r["workload"] != "idle_conns"}
+    out = {}
+    for (w, b, t), one in medians.items():
+        two = medians.get((w, b, 2))
+        if t == 1 and two:
+            out[(w, b)] = two / one if network else one / two
+    return out
+
+
+def scaling_table(rows, network):
+    """Workloads × backends with a thread count: two threads over one."""
+    ratios = two_over_one(rows, network)
+    backends = sorted({b for _, b in ratios}, key=lambda b: (_order(b), b))
+    header = ["workload"] + [SHORT_NAMES.get(b, b) for b in backends]
+    lines = [[w] + [f"{ratios[(w, b)]:.2f}" if (w, b) in ratios else "—" for b in backends]
+             for w in _workload_order(rows) if any((w, b) in ratios for b in backends)]
+    return _table(header, lines)
+
+
 def _value(x, network):
     if network:
         return f"{x:,.0f}"
@@ -113,6 +140,12 @@ def markdown(data):
         parts += ["Network workloads: requests per second against stdlib "
                   "asyncio's (`idle_conns`: asyncio's bytes per connection "
                   "over the cell's; above 1 is better):", glance_table(net_rows)]
+    for these, network in ((rows, False), (net_rows, True)):
+        if two_over_one(these, network):
+            parts += ["Two threads against one, " + ("network" if network else "CPU and scheduling")
+                      + " workloads: each backend's speed at two threads over its "
+                      "speed at one, in the same run (above 1: the second thread helped):",
+                      scaling_table(these, network)]
     if rows:
         parts += ["Every CPU and scheduling cell (seconds):", detail_table(rows, False)]
     if net_rows:

@@ -296,6 +296,84 @@ def primitive_ops(scale):
     return [program]
 
 
+# --- Server and clients on one loop -----------------------------------------
+#
+# A service that also calls other services: the task that starts the
+# server starts the clients too, so on mt_asyncio the clients' tasks share
+# the strand that owns the server's connections (docs/compatibility.md).
+# One top-level unit each: a loop-per-thread backend cannot split them.
+
+HTTP_RESPONSE_BODY = b"x" * 32
+
+
+def http_cpu_inproc(scale):
+    """A keep-alive HTTP/1.1 server whose handler burns 5000 iterations per
+    request, and its 64 clients on the same loop, 200 requests each (the
+    network row http_cpu, in one process)."""
+    requests = _count(200, scale)
+
+    async def program(aio):
+        head = (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
+                b"Content-Type: text/plain\r\n\r\n" % len(HTTP_RESPONSE_BODY))
+
+        async def handler(reader, writer):
+            try:
+                while True:
+                    await reader.readuntil(b"\r\n\r\n")
+                    burn(5000)
+                    writer.write(head + HTTP_RESPONSE_BODY)
+            except (aio.IncompleteReadError, ConnectionError):
+                pass
+            writer.close()
+
+        server = await aio.start_server(handler, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+
+        async def client():
+            r, w = await aio.open_connection("127.0.0.1", port)
+            for _ in range(requests):
+                w.write(b"GET /work HTTP/1.1\r\nHost: bench\r\n\r\n")
+                await r.readuntil(b"\r\n\r\n")
+                if await r.readexactly(32) != HTTP_RESPONSE_BODY:
+                    raise AssertionError("a response was garbled")
+            w.close()
+            await w.wait_closed()
+
+        await aio.gather(*(client() for _ in range(64)))
+        server.close()
+        await server.wait_closed()
+        return 64 * requests
+
+    return [program]
+
+
+def echo_streams_inproc(scale):
+    """An echo server (streams) and its 32 clients on the same loop, each
+    client 2000 round trips of 1 KiB (the network row echo_streams_1k, in
+    one process)."""
+    rounds = _count(2000, scale)
+
+    async def program(aio):
+        server = await aio.start_server(echo_stream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+
+        async def client():
+            r, w = await aio.open_connection("127.0.0.1", port)
+            payload = b"x" * 1024
+            for _ in range(rounds):
+                w.write(payload)
+                await r.readexactly(1024)
+            w.close()
+            await w.wait_closed()
+
+        await aio.gather(*(client() for _ in range(32)))
+        server.close()
+        await server.wait_closed()
+        return 32 * rounds
+
+    return [program]
+
+
 # --- TLS in one process: server and clients on one loop --------------------
 
 # How mt_asyncio's TLS workloads do TLS: "native" (mt_asyncio.tls, the
@@ -384,6 +462,8 @@ WORKLOADS = {
     "block_offload": block_offload,
     "one_million": one_million,
     "primitive_ops": primitive_ops,
+    "http_cpu_inproc": http_cpu_inproc,
+    "echo_streams_inproc": echo_streams_inproc,
     "tls_echo_inproc": tls_echo_inproc,
     "tls_handshakes_inproc": tls_handshakes_inproc,
 }

@@ -42,8 +42,10 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
     out_json = tmp_path / "bench.json"
     proc = subprocess.run(
         # The test build of the extension is not optimized: allowed here,
-        # the numbers are not the point.
+        # the numbers are not the point. A peer that hangs in a cell (rloop
+        # on a thread of its own, now and then) is a FAIL after 60 s.
         [sys.executable, BENCH, "--quick", "--scale", "0.002", "--allow-unoptimized",
+         "--cell-timeout", "60", "--workers",
          "--backends", "all", "--threads", "1", "2", "--json", str(out_json)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -72,6 +74,7 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
                 elif backend not in ("mt-asyncio-0.3.0a1", "tonio"):
                     # Top-level coroutines per loop: each ran exactly once.
                     assert sum(row["balance"]) == row["coroutines"]
+    _two_threads_over_one(data["rows"], proc.stdout)
     net_rows = {(r["workload"], r["backend"], r["threads"]): r for r in data["net_rows"]}
     db_skipped = "skipped db_http:" in proc.stdout
     for workload in net.NET_WORKLOADS:
@@ -85,6 +88,26 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
                 _measured_once(net_rows[(workload, backend, threads)], "values")
     assert "network (server in its own process" in proc.stdout
     _replot_and_compare(out_json, tmp_path / "plots")
+
+
+def _two_threads_over_one(rows, stdout):
+    # Each 2-thread row's "2 thr/1 thr" cell is its backend's 1-thread
+    # median over its own; --workers adds one busy share per worker of
+    # each mt_asyncio cell.
+    import report
+    ratios = report.two_over_one(rows, network=False)
+    by_cell = {(r["workload"], r["backend"], r["threads"]): r for r in rows}
+    one, two = by_cell[("mixed", "mt_asyncio", 1)], by_cell[("mixed", "mt_asyncio", 2)]
+    assert ratios[("mixed", "mt_asyncio")] == one["median"] / two["median"]
+    assert ("mixed", "asyncio") not in ratios  # One thread only.
+    line = next(l for l in stdout.splitlines() if l.split()[:3] == ["mixed", "mt_asyncio", "2"])
+    assert f"{ratios[('mixed', 'mt_asyncio')]:.2f}x" in line.split()
+    assert len(two["workers"]) == 2 and len(one["workers"]) == 1
+    # Counters read just outside the timed run: a share a little over 1 is
+    # the edges.
+    assert all(0 <= w["busy_share"] <= 1.2 for w in two["workers"]), two["workers"]
+    assert sum(w["busy_share"] for w in two["workers"]) > 0
+    assert "what each mt_asyncio worker did" in stdout
 
 
 def _measured_once(row, key):
@@ -144,6 +167,7 @@ def _tabulate_merged(saved, folder):
     assert len(mine) == 1 and "123.000" in mine[0], mine
     fails = sum(1 for r in data["rows"] + data["net_rows"] if r.get("error"))
     assert text.count("| FAIL |") >= fails
+    assert "Two threads against one, CPU and scheduling workloads" in text
 
 
 def test_a_failure_is_named_by_its_exception_not_by_a_warning_after_it():
