@@ -580,6 +580,9 @@ void Scheduler::Worker::Run() {
       RunWithLifo(t);
       continue;
     }
+    // Not parked yet: whatever the hook queues is found by the next look,
+    // never stranded behind a park.
+    if (scheduler->hooks_.before_idle && scheduler->hooks_.before_idle(index)) continue;
     Park();
   }
 }
@@ -795,6 +798,9 @@ void Scheduler::Worker::Park() {
     if (slot->rerun_park_hooks.load(std::memory_order_relaxed) &&
         slot->rerun_park_hooks.exchange(false, std::memory_order_acquire)) {
       RunHook(scheduler->hooks_.after_unpark, index);
+      // What was handed to this thread while it slept (parked, so what the
+      // hook queues goes on the local queue, looked at below).
+      if (scheduler->hooks_.before_idle) scheduler->hooks_.before_idle(index);
       RunHook(scheduler->hooks_.before_park, index);
     }
     if (!slot->queue.IsEmpty()) {

@@ -98,11 +98,11 @@ class Scheduler final : public task::Executor {
   int CurrentWorkerIndex() const;
   // Wakes every parked worker (shutdown, tests).
   void UnparkAll();
-  // Every worker runs its after_unpark and then its before_park hook once
-  // more, soon: a parked one without leaving its park, a busy one when it
-  // next parks. What a layer lets go of in before_park (the Python layer:
-  // a closed loop a worker still refers to) is let go of by idle workers
-  // too.
+  // Every worker runs its after_unpark, before_idle and before_park hooks
+  // once more, soon: a parked one without leaving its park, a busy one
+  // when it next parks. What a layer lets go of there (the Python layer: a
+  // closed loop a worker still refers to, objects other threads queued for
+  // it to free) is let go of by idle workers too.
   void RerunParkHooks();
   // Wakes one parked worker, searching limits aside; false if none sleeps.
   // The supervisor uses it to get the reactor driven again (a worker that
