@@ -306,6 +306,16 @@ def primitive_ops(scale):
 HTTP_RESPONSE_BODY = b"x" * 32
 
 
+async def _server_and_clients(aio, handler, client, clients):
+    """Starts a stream server running `handler`, runs `clients` copies of
+    `client(port)` to the end, and closes the server."""
+    server = await aio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    await aio.gather(*(client(port) for _ in range(clients)))
+    server.close()
+    await server.wait_closed()
+
+
 def http_cpu_inproc(scale):
     """A keep-alive HTTP/1.1 server whose handler burns 5000 iterations per
     request, and its 64 clients on the same loop, 200 requests each (the
@@ -326,10 +336,7 @@ def http_cpu_inproc(scale):
                 pass
             writer.close()
 
-        server = await aio.start_server(handler, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-
-        async def client():
+        async def client(port):
             r, w = await aio.open_connection("127.0.0.1", port)
             for _ in range(requests):
                 w.write(b"GET /work HTTP/1.1\r\nHost: bench\r\n\r\n")
@@ -339,9 +346,7 @@ def http_cpu_inproc(scale):
             w.close()
             await w.wait_closed()
 
-        await aio.gather(*(client() for _ in range(64)))
-        server.close()
-        await server.wait_closed()
+        await _server_and_clients(aio, handler, client, 64)
         return 64 * requests
 
     return [program]
@@ -354,10 +359,7 @@ def echo_streams_inproc(scale):
     rounds = _count(2000, scale)
 
     async def program(aio):
-        server = await aio.start_server(echo_stream, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-
-        async def client():
+        async def client(port):
             r, w = await aio.open_connection("127.0.0.1", port)
             payload = b"x" * 1024
             for _ in range(rounds):
@@ -366,9 +368,7 @@ def echo_streams_inproc(scale):
             w.close()
             await w.wait_closed()
 
-        await aio.gather(*(client() for _ in range(32)))
-        server.close()
-        await server.wait_closed()
+        await _server_and_clients(aio, echo_stream, client, 32)
         return 32 * rounds
 
     return [program]
