@@ -157,7 +157,7 @@ def run_pypi_mt_asyncio(factories, threads):
 # runtime's own per-worker counters: units run, busy seconds, parks and
 # steals (the bench's --workers table).
 WORKER_PROFILE = None
-_PROFILED = ("units_run", "busy_ns", "parks", "steals", "stolen_units")
+_PROFILED = ("units_run", "busy_ns", "parks", "steals")
 
 
 def _worker_counters():

@@ -64,8 +64,11 @@ bool Strand::EnterAncestors() {
     {
       std::lock_guard<std::mutex> lock(a->gate_mu_);
       // A waiting writer lets the readers woken before it go first.
+      // (A waiting writer keeps its ticket: nothing is popped from its
+      // queue while it waits, so no push finds the queue empty.)
       if (!a->writer_running_ &&
-          (!a->writer_waiting_ || ticket_.load(std::memory_order_relaxed) < a->writer_ticket_)) {
+          (!a->writer_waiting_ || ticket_.load(std::memory_order_relaxed) <
+                                      a->ticket_.load(std::memory_order_relaxed))) {
         ++a->readers_;
         continue;
       }
@@ -92,9 +95,7 @@ void Strand::LeaveAncestors(const Strand* stop) {
 bool Strand::EnterSelf() {
   std::lock_guard<std::mutex> lock(gate_mu_);
   if (readers_ > 0) {
-    // Readers woken after us hold off; the last one out wakes us.
-    writer_waiting_ = true;
-    writer_ticket_ = ticket_.load(std::memory_order_relaxed);
+    writer_waiting_ = true;  // Readers woken after us hold off; the last one out wakes us.
     return false;
   }
   writer_running_ = true;
@@ -243,9 +244,13 @@ bool Strand::Poll() {
   Strand* outer = std::exchange(current_strand, this);
   int ran = 0;
   bool gave_way = false;
+  bool drained = false;  // The queue was seen empty: the next push tickets.
   for (; ran < kBudget; ++ran) {
     task::Task* task = Pop();
-    if (task == nullptr) break;
+    if (task == nullptr) {
+      drained = true;
+      break;
+    }
     // A unit that wakes itself while it runs is pushed back on this queue
     // (Schedule above), behind whatever else is waiting here.
     bool woke_descendant;
@@ -275,6 +280,7 @@ bool Strand::Poll() {
   current_strand = outer;
   LeaveSelf();
   LeaveAncestors(nullptr);
+  if (drained) return false;  // A strand lives as long as references to it do.
   bool more;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -182,16 +182,14 @@ class Strand final : public task::Task, public task::Executor {
   // (kYield: asyncio.sleep(0)); only that thread touches it.
   bool unit_yielded_ = false;
   // When the strand last became runnable, in the order of every strand's
-  // wakes (a global counter); written under mu_, read by the gates of its
-  // ancestors.
+  // wakes (a global counter); written under mu_, compared at its
+  // ancestors' gates with theirs (a waiting writer's is its place in line).
   std::atomic<std::uint64_t> ticket_{0};
 
   std::mutex gate_mu_;
   int readers_ = 0;              // Running descendants. Guarded by gate_mu_.
   bool writer_running_ = false;  // Guarded by gate_mu_.
   bool writer_waiting_ = false;  // Guarded by gate_mu_.
-  // The waiting writer's ticket: readers with an earlier one still enter.
-  std::uint64_t writer_ticket_ = 0;  // Guarded by gate_mu_.
   // Descendants that found us running or waiting; one reference each.
   std::vector<Strand*> blocked_;  // Guarded by gate_mu_.
 };

@@ -43,7 +43,10 @@ constexpr std::uintptr_t kExplicitMergeBit = 1u << 6;
 
 bool MergeQueuedReferences(std::size_t) {
   PyThreadState* tstate = PyThreadState_GET();
-  if ((tstate->eval_breaker & kExplicitMergeBit) == 0) return false;
+  // Other threads set the bit with atomic ORs.
+  if ((__atomic_load_n(&tstate->eval_breaker, __ATOMIC_RELAXED) & kExplicitMergeBit) == 0) {
+    return false;
+  }
   // What a bytecode boundary would do now (it clears the bit): merge and
   // free the queued objects, and anything else due (a collection, a
   // stop-the-world request, pending calls).
