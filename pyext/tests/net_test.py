@@ -199,6 +199,70 @@ def test_connections_spread_over_workers():
     assert busy[1] >= 2
 
 
+@pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded build "
+                    "(tasks only step at once without the GIL)")
+def test_tasks_a_server_owner_starts_own_the_connections_they_make():
+    """Tasks started by the task that owns a server inherit its strand; a
+    connection such a task makes is its own: two clients step at the same
+    time (both reach a barrier, which a shared strand would never let them
+    do), and the owner's steps still never overlap theirs."""
+    barrier = threading.Barrier(2, timeout=WAIT / 3)
+    lock = threading.Lock()
+    stepping = set()  # "owner" or a client's index, while in a step.
+    overlaps = []
+
+    def busy(who):
+        with lock:
+            if ("owner" in stepping) if who != "owner" else stepping:
+                overlaps.append((who, sorted(map(str, stepping))))
+            stepping.add(who)
+        end = time.monotonic() + 0.0001
+        while time.monotonic() < end:
+            pass
+        with lock:
+            stepping.discard(who)
+
+    async def main():
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        both_met = asyncio.Event()
+        both_connected = asyncio.Event()
+        connected = []
+
+        async def client(i):
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            # The step that made the connection ran on the owner's strand
+            # (which waits for the client blocked at the barrier): both
+            # connect first, and the next steps run on the clients' own.
+            connected.append(i)
+            if len(connected) == 2:
+                both_connected.set()
+            await both_connected.wait()
+            await asyncio.sleep(0)  # The last to connect was still on it.
+            barrier.wait()  # Blocks this step until the other client's.
+            both_met.set()
+            for _ in range(200):
+                busy(i)
+                w.write(b"x")
+                await r.readexactly(1)
+            w.close()
+            await w.wait_closed()
+
+        clients = [asyncio.create_task(client(i)) for i in range(2)]
+        # The owner takes no step while the clients meet: a waiting owner
+        # would hold off the client woken after it.
+        await asyncio.wait_for(both_met.wait(), WAIT)
+        while not all(c.done() for c in clients):
+            busy("owner")
+            await asyncio.sleep(0.0005)
+        await asyncio.gather(*clients)
+        server.close()
+        await asyncio.wait_for(server.wait_closed(), WAIT)
+
+    asyncio.run(main(), threads=4)
+    assert overlaps == []
+
+
 def test_write_from_other_threads():
     """transport.write() from plain threads and other tasks, all at once:
     every byte arrives, each writer's bytes in its own order."""

@@ -37,8 +37,8 @@ void CancelQueued(task::Task* task) {
 
 }  // namespace
 
-Strand::Strand(Strand* parent, Inherit inherit)
-    : Task(/*scheduled=*/false), parent_(parent), inherit_(inherit) {
+Strand::Strand(Strand* parent, Inherit inherit, std::uint64_t made_for)
+    : Task(/*scheduled=*/false), parent_(parent), inherit_(inherit), made_for_(made_for) {
   if (parent_ != nullptr) parent_->Ref();
 }
 
@@ -46,8 +46,9 @@ Strand::~Strand() {
   if (parent_ != nullptr) parent_->Unref();
 }
 
-Strand* Strand::Create(task::Executor* target, Strand* parent, Inherit inherit) {
-  auto* strand = new Strand(parent, inherit);
+Strand* Strand::Create(task::Executor* target, Strand* parent, Inherit inherit,
+                       std::uint64_t made_for) {
+  auto* strand = new Strand(parent, inherit, made_for);
   strand->set_executor(target);
   return strand;
 }

@@ -68,8 +68,10 @@ class Strand final : public task::Task, public task::Executor {
 
   // A new idle strand on `target`, under `parent` (retained; nullptr: a
   // root), with one reference owned by the caller (drop it with Unref()).
+  // `made_for` is the id (task::Task::id()) of the unit the embedder made
+  // it for, when it is one unit's own strand (0: none); see made_for().
   static Strand* Create(task::Executor* target, Strand* parent = nullptr,
-                        Inherit inherit = Inherit::kYes);
+                        Inherit inherit = Inherit::kYes, std::uint64_t made_for = 0);
   ~Strand() override;
 
   // Whether this strand's units exclude those of `other`: it is `other` or
@@ -78,6 +80,10 @@ class Strand final : public task::Task, public task::Executor {
   bool Excludes(const Strand* other) const;
   Strand* parent() const { return parent_; }
   bool inherits() const { return inherit_ == Inherit::kYes; }
+  // The unit this strand was made for (its id), or 0. Units bound to the
+  // strand because they were made while it ran carry another id: the
+  // embedder tells a strand a unit owns from one it inherited.
+  std::uint64_t made_for() const { return made_for_; }
 
   // The strand whose unit the calling thread is running, or nullptr.
   static Strand* Current();
@@ -154,7 +160,7 @@ class Strand final : public task::Task, public task::Executor {
                                   task::ScheduleKind kind);
 
  private:
-  Strand(Strand* parent, Inherit inherit);
+  Strand(Strand* parent, Inherit inherit, std::uint64_t made_for);
   task::Task* Pop();
   // The gate. Enter every ancestor as a reader, nearest first; on an
   // ancestor that runs or waits to, queue on it (it wakes us) and back
@@ -174,6 +180,7 @@ class Strand final : public task::Task, public task::Executor {
 
   Strand* const parent_;  // One reference, or nullptr.
   const Inherit inherit_;
+  const std::uint64_t made_for_;
 
   std::mutex mu_;
   std::deque<task::Task*> queue_;  // Guarded by mu_; one reference each.

@@ -118,17 +118,34 @@ int RegisterStrandFunctions(PyObject* module) { return PyModule_AddFunctions(mod
 
 runtime::scheduler::Strand* OwnerStrand(PyObject* loop) {
   using runtime::scheduler::Strand;
-  if (Strand* current = Strand::Current()) {
-    current->Ref();
-    return current;
-  }
+  Strand* current = Strand::Current();
   runtime::task::Task* unit = CurrentTaskUnit();
-  if (unit == nullptr) return nullptr;
+  if (current != nullptr) {
+    // A task running on the strand another task joined to own connections
+    // inherited it (it was started from that task). What it makes now is
+    // its own: it joins a strand of its own under the inherited one, so
+    // its steps and its connections still never overlap the owner's steps,
+    // but no longer exclude the owner's other connections and the other
+    // tasks it started. Clients that a server's owner starts ran one at a
+    // time, each step waiting for every connection of the process to leave
+    // (echo_streams_inproc: two workers slower than one). The strands of
+    // connections (the tasks their callbacks start share them on purpose)
+    // and compat's serial strand (made for no unit) are kept.
+    const std::uint64_t owner_unit = current->made_for();
+    if (unit == nullptr || owner_unit == 0 || owner_unit == unit->id() ||
+        unit->executor() != current) {
+      current->Ref();
+      return current;
+    }
+  } else if (unit == nullptr) {
+    return nullptr;
+  }
   // From this step on, the task's wakes go through its new strand, and so
   // do those of the tasks it starts: libraries start helpers from the task
   // that owns a server (websockets' closing task, say) that expect to see
   // the connections as the owner does.
-  Strand* owner = Strand::Create(LoopRuntime(loop).executor());
+  Strand* owner = Strand::Create(LoopRuntime(loop).executor(), current,
+                                 Strand::Inherit::kYes, unit->id());
   ClaimForLoop(loop, owner);
   unit->set_executor(owner);
   return owner;
