@@ -83,7 +83,7 @@ class Strand final : public task::Task, public task::Executor {
   // The unit this strand was made for (its id), or 0. Units bound to the
   // strand because they were made while it ran carry another id: the
   // embedder tells a strand a unit owns from one it inherited.
-  std::uint64_t made_for() const { return made_for_; }
+  std::uint64_t made_for() const override { return made_for_; }
 
   // The strand whose unit the calling thread is running, or nullptr.
   static Strand* Current();

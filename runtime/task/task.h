@@ -43,6 +43,9 @@ class Executor {
   // Strand is reference counted.
   virtual bool Retain() { return false; }
   virtual void Release() {}
+  // The id of the unit this executor was made for (Task::id()), or 0: the
+  // embedder's strand made to be one unit's own (scheduler::Strand).
+  virtual std::uint64_t made_for() const { return 0; }
 };
 
 // A schedulable unit: intrusive, reference counted through its State word,

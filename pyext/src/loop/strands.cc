@@ -132,13 +132,24 @@ runtime::scheduler::Strand* OwnerStrand(PyObject* loop) {
     // connections (the tasks their callbacks start share them on purpose)
     // and compat's serial strand (made for no unit) are kept.
     const std::uint64_t owner_unit = current->made_for();
-    if (unit == nullptr || owner_unit == 0 || owner_unit == unit->id() ||
-        unit->executor() != current) {
+    if (unit == nullptr || owner_unit == 0 || owner_unit == unit->id()) {
       current->Ref();
       return current;
     }
   } else if (unit == nullptr) {
     return nullptr;
+  }
+  // The task's strand takes over from its next step; this step still runs
+  // where it ran. What it makes later in this step goes under the same one.
+  runtime::task::Executor* bound = unit->executor();
+  if (bound != nullptr && bound->made_for() == unit->id()) {
+    auto* own = static_cast<Strand*>(bound);  // Only strands are made for a unit.
+    own->Ref();
+    return own;
+  }
+  if (current != nullptr && bound != current) {
+    current->Ref();  // Bound elsewhere on purpose (a CurrentScope): kept.
+    return current;
   }
   // From this step on, the task's wakes go through its new strand, and so
   // do those of the tasks it starts: libraries start helpers from the task
