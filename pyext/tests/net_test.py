@@ -263,6 +263,41 @@ def test_tasks_a_server_owner_starts_own_the_connections_they_make():
     assert overlaps == []
 
 
+@pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded build "
+                    "(strands only run at once without the GIL)")
+def test_connections_made_in_one_step_share_their_owner():
+    """A task that makes two connections' strands in one step owns both:
+    its later steps never overlap either connection's callbacks. (The
+    second used to go under a fresh owner strand, leaving the first one's
+    owner behind, and the task's steps ran beside its callbacks.)"""
+    from mt_asyncio import _core
+
+    busy = []  # The strands whose callback runs now.
+    seen = []  # What the task's steps saw running.
+
+    def spin(tag):
+        busy.append(tag)
+        end = time.monotonic() + 0.05
+        while time.monotonic() < end:
+            pass
+        busy.remove(tag)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        first = _core._connection_strand(loop)
+        second = _core._connection_strand(loop)  # Same step.
+        _core._on_strand(first, loop.call_soon, spin, "first")
+        _core._on_strand(second, loop.call_soon, spin, "second")
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end:
+            seen.extend(busy)
+            await asyncio.sleep(0)
+
+    for _ in range(5):  # The old race showed in about half of the runs.
+        asyncio.run(main(), threads=4)
+    assert seen == []
+
+
 def test_write_from_other_threads():
     """transport.write() from plain threads and other tasks, all at once:
     every byte arrives, each writer's bytes in its own order."""
