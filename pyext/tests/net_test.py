@@ -288,9 +288,10 @@ def test_connections_made_in_one_step_share_their_owner():
         second = _core._connection_strand(loop)  # Same step.
         _core._on_strand(first, loop.call_soon, spin, "first")
         _core._on_strand(second, loop.call_soon, spin, "second")
-        # This first step (run by the thread that called run()) hands its
-        # wakes over at once, so the callbacks may start during it: the
-        # steps checked are the later ones, which run on the task's strand.
+        # A wake given through _on_strand is not held for the end of this
+        # step (the strand is current while it is scheduled), and this step
+        # runs outside the strand it just joined, so the callbacks may start
+        # during it: the steps checked are the later ones, on that strand.
         await asyncio.sleep(0)
         end = time.monotonic() + 0.3
         while time.monotonic() < end:
