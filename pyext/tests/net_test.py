@@ -267,9 +267,10 @@ def test_tasks_a_server_owner_starts_own_the_connections_they_make():
                     "(strands only run at once without the GIL)")
 def test_connections_made_in_one_step_share_their_owner():
     """A task that makes two connections' strands in one step owns both:
-    its later steps never overlap either connection's callbacks. (The
-    second used to go under a fresh owner strand, leaving the first one's
-    owner behind, and the task's steps ran beside its callbacks.)"""
+    none of its steps, the first included, overlaps either connection's
+    callbacks. (The second used to go under a fresh owner strand, leaving
+    the first one's owner behind, and the task's steps ran beside its
+    callbacks.)"""
     from mt_asyncio import _core
 
     busy = []  # The strands whose callback runs now.
@@ -288,10 +289,12 @@ def test_connections_made_in_one_step_share_their_owner():
         second = _core._connection_strand(loop)  # Same step.
         _core._on_strand(first, loop.call_soon, spin, "first")
         _core._on_strand(second, loop.call_soon, spin, "second")
-        # A wake given through _on_strand is not held for the end of this
-        # step (the strand is current while it is scheduled), and this step
-        # runs outside the strand it just joined, so the callbacks may start
-        # during it: the steps checked are the later ones, on that strand.
+        # This step still runs outside the strand it just joined: the wakes
+        # it gave the two strands wait for it to return all the same. (They
+        # went at once while _on_strand made the strand current.)
+        end = time.monotonic() + 0.1
+        while time.monotonic() < end:
+            seen.extend(busy)
         await asyncio.sleep(0)
         end = time.monotonic() + 0.3
         while time.monotonic() < end:

@@ -8,6 +8,12 @@ namespace {
 
 thread_local Strand* current_strand = nullptr;
 
+// The strand whose Poll runs a unit on this thread, or nullptr. Not
+// current_strand: a CurrentScope makes a strand current on a thread that
+// does not run it (to bind what is made there), and a wake of that strand
+// must still be held like any other until the running unit returns.
+thread_local Strand* polling_strand = nullptr;
+
 // The source of wake-order tickets (Strand::TakeTicket). Relaxed: tickets
 // order admission for fairness; exclusion never depends on them.
 std::atomic<std::uint64_t> next_ticket{1};
@@ -161,11 +167,13 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
   // never stranded.
   if (kind == task::ScheduleKind::kYield) {
     // The running unit gave way: Poll ends after it (see there).
-    if (current_strand == this) unit_yielded_ = true;
+    if (polling_strand == this) unit_yielded_ = true;
     kind = task::ScheduleKind::kWake;
   }
-  // A remote wake is not held: the scope's owner may block on it.
-  if (open_scopes > 0 && current_strand != this && kind != task::ScheduleKind::kRemote) {
+  // A remote wake is not held: the scope's owner may block on it. A wake
+  // of the strand that runs here needs no hold: it cannot start before
+  // this poll ends.
+  if (open_scopes > 0 && polling_strand != this && kind != task::ScheduleKind::kRemote) {
     Ref();  // Held until the running unit's scope hands it over.
     held_wakes.push_back(HeldWake{this, nullptr, kind});
     return;
@@ -243,6 +251,7 @@ bool Strand::Poll() {
     return false;
   }
   Strand* outer = std::exchange(current_strand, this);
+  Strand* outer_polling = std::exchange(polling_strand, this);
   int ran = 0;
   bool gave_way = false;
   bool drained = false;  // The queue was seen empty: the next push tickets.
@@ -279,6 +288,7 @@ bool Strand::Poll() {
     }
   }
   current_strand = outer;
+  polling_strand = outer_polling;
   LeaveSelf();
   LeaveAncestors(nullptr);
   if (drained) return false;  // A strand lives as long as references to it do.

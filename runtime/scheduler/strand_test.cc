@@ -206,6 +206,54 @@ TEST(StrandTest, WakesToOtherStrandsWaitForTheRunThatGaveThem) {
   rt.Shutdown();
 }
 
+// A unit that makes a strand current (CurrentScope: what it makes is
+// bound there) without running on it still has its wakes of that strand
+// held until it returns. (They went at once while the strand was current,
+// so a callback a task queued on the connection it just made started
+// during that task's step.)
+TEST(StrandTest, WakesUnderACurrentScopeWaitForTheRunThatGaveThem) {
+  Runtime rt(TestConfig(4));
+  ASSERT_TRUE(rt.Start().ok());
+  Strand* b = Strand::Create(rt.executor());
+  std::atomic<bool> waker_done{false};
+  std::atomic<int> started_early{0};
+  std::atomic<int> ran{0};
+  constexpr int kRounds = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    waker_done.store(false);
+    auto* waker = new LambdaTask(
+        [&](LambdaTask*) {
+          {
+            Strand::CurrentScope scope(b);
+            StartOn(b, [&](LambdaTask*) {
+              if (!waker_done.load()) started_early.fetch_add(1);
+              ran.fetch_add(1);
+              return true;
+            })->Unref();
+          }
+          // A unit woken after it takes this worker's next-run slot, so an
+          // unheld wake of b sits where an idle worker steals it.
+          auto* filler = new LambdaTask([](LambdaTask*) { return true; }, false);
+          filler->set_executor(rt.executor());
+          filler->Wake();
+          filler->Unref();
+          const auto until = std::chrono::steady_clock::now() + milliseconds(5);
+          while (std::chrono::steady_clock::now() < until) {
+          }
+          waker_done.store(true);
+          return true;
+        },
+        /*scheduled=*/false);
+    waker->set_executor(rt.executor());  // A plain unit: on no strand.
+    waker->Wake();
+    waker->Unref();
+    ASSERT_TRUE(Eventually([&] { return ran.load() == round + 1; }));
+  }
+  EXPECT_EQ(started_early.load(), 0);
+  b->Unref();
+  rt.Shutdown();
+}
+
 // What one unit schedules keeps its order when a strand wake among it is
 // held for the end of the run: a task on a strand it woke (anyio's host
 // task, cancelled by a task off that strand) runs before the plain
