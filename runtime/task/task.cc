@@ -24,8 +24,9 @@ std::uint64_t NextId() {
 }  // namespace
 
 Task::Task(bool scheduled)
-    : state_(scheduled ? State::kNewScheduled : State::kRefOne),
-      id_(NextId()) {}
+    : state_(scheduled ? State::kNewScheduled : State::kRefOne), id_(NextId()) {
+  if (scheduled) MarkQueued();
+}
 
 Task::~Task() {
   if (executor_retained_) executor_.load(std::memory_order_relaxed)->Release();
@@ -33,6 +34,7 @@ Task::~Task() {
 
 void Task::Wake(ScheduleKind kind) {
   if (state_.TransitionToScheduled() == State::WakeAction::kSubmit) {
+    MarkQueued();
     executor()->Schedule(this, kind);
   }
 }
@@ -66,6 +68,7 @@ void RunTask(Task* task) {
           return;
         case State::IdleAction::kReschedule:
           // The queue's reference travels with it.
+          task->MarkQueued();
           task->executor()->Schedule(task, ScheduleKind::kYield);
           return;
         case State::IdleAction::kCancel:

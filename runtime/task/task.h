@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "absl/functional/any_invocable.h"
+#include "runtime/metrics/cycle_clock.h"
 #include "runtime/task/state.h"
 
 namespace mt::runtime::task {
@@ -69,6 +70,14 @@ class Task {
 
   State& state() { return state_; }
   std::uint64_t id() const { return id_; }
+  // When the wake that queued the unit last was given (CycleClock
+  // cycles; its creation for one made scheduled): a unit's Poll measures
+  // its scheduling delay from it. A wake while the unit runs counts from
+  // the end of that run, where it is queued again.
+  std::uint64_t queued_cycles() const { return queued_cycles_.load(std::memory_order_relaxed); }
+  void MarkQueued() {
+    queued_cycles_.store(metrics::CycleClock::Now(), std::memory_order_relaxed);
+  }
   Executor* executor() const { return executor_.load(std::memory_order_acquire); }
   // Binds the unit to `executor` (retained). Only while nobody else can
   // wake the unit: before its first wake, or from its own Poll() (a wake
@@ -107,6 +116,7 @@ class Task {
   State state_;
   const std::uint64_t id_;
   std::atomic<Executor*> executor_{nullptr};
+  std::atomic<std::uint64_t> queued_cycles_{0};
   bool executor_retained_ = false;  // Whether executor_ needs Release().
   bool tracked_ = false;
   std::uintptr_t domain_ = 0;

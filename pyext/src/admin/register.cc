@@ -4,6 +4,7 @@
 
 #include "pyext/src/admin/admin_service.h"
 #include "runtime/admin/admin_abi.h"
+#include "runtime/metrics/histogram.h"
 
 namespace mt::pyext {
 namespace {
@@ -38,12 +39,51 @@ PyObject* Module_set_admin_handler(PyObject*, PyObject* fn) {
   Py_RETURN_NONE;
 }
 
+// One histogram as (upper bounds in seconds, per-bucket counts with +Inf
+// last, sum in seconds).
+PyObject* HistogramTuple(const runtime::metrics::DurationHistogram& histogram) {
+  using runtime::metrics::DurationHistogram;
+  const DurationHistogram::Totals totals = histogram.Read();
+  PyObject* bounds = PyTuple_New(DurationHistogram::kFiniteBuckets);
+  PyObject* counts = PyTuple_New(DurationHistogram::kBuckets);
+  if (bounds == nullptr || counts == nullptr) {
+    Py_XDECREF(bounds);
+    Py_XDECREF(counts);
+    return nullptr;
+  }
+  for (int i = 0; i < DurationHistogram::kBuckets; ++i) {
+    if (i < DurationHistogram::kFiniteBuckets) {
+      PyTuple_SET_ITEM(
+          bounds, i,
+          PyFloat_FromDouble(DurationHistogram::UpperBoundNs(i) / 1e9));
+    }
+    PyTuple_SET_ITEM(counts, i, PyLong_FromUnsignedLongLong(totals.counts[i]));
+  }
+  if (PyErr_Occurred()) {
+    Py_DECREF(bounds);
+    Py_DECREF(counts);
+    return nullptr;
+  }
+  return Py_BuildValue("(NNd)", bounds, counts, totals.sum_ns / 1e9);
+}
+
+// _task_histograms() -> {"step": ..., "schedule_delay": ...}: the
+// process's task histograms (runtime/metrics/histogram.h), each as
+// HistogramTuple gives it.
+PyObject* Module_task_histograms(PyObject*, PyObject*) {
+  return Py_BuildValue(
+      "{sNsN}", "step", HistogramTuple(runtime::metrics::TaskStepDurations()),
+      "schedule_delay", HistogramTuple(runtime::metrics::TaskScheduleDelays()));
+}
+
 PyMethodDef module_functions[] = {
     {"_admin_call",
      reinterpret_cast<PyCFunction>(
          reinterpret_cast<void (*)()>(Module_admin_call)),
      METH_VARARGS | METH_KEYWORDS,
      "One call through the admin boundary: (status code, JSON or message)."},
+    {"_task_histograms", Module_task_histograms, METH_NOARGS,
+     "The task step and scheduling delay histograms: (bounds, counts, sum)."},
     {"_set_admin_handler", Module_set_admin_handler, METH_O,
      "Install fn(method, request_json) -> str for loop and task methods."},
     {nullptr, nullptr, 0, nullptr},

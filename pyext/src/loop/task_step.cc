@@ -15,6 +15,7 @@
 #include "pyext/src/loop/task.h"
 #include "pyext/src/loop/task_object.h"
 #include "runtime/metrics/cycle_clock.h"
+#include "runtime/metrics/histogram.h"
 #include "runtime/task/task.h"
 
 namespace mt::pyext {
@@ -55,9 +56,15 @@ bool TaskUnit::Poll() {
     // Ends before the task is dropped: loop_ is borrowed from it.
     StopAfterCallback stop_after(loop_);
     SlowCallbackCheck check(loop_);
-    const std::uint64_t start = runtime::metrics::CycleClock::Now();
+    using runtime::metrics::CycleClock;
+    const std::uint64_t start = CycleClock::Now();
+    const std::uint64_t queued = queued_cycles();
+    runtime::metrics::TaskScheduleDelays().Record(
+        start > queued ? CycleClock::ToNsFast(start - queued) : 0);
     done = StepTask(task_);
-    CountStep(runtime::metrics::CycleClock::Now() - start);
+    const std::uint64_t cycles = CycleClock::Now() - start;
+    CountStep(cycles);
+    runtime::metrics::TaskStepDurations().Record(CycleClock::ToNsFast(cycles));
     check.Done(task_);
   }
   if (!done) return false;
