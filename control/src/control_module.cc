@@ -12,7 +12,10 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+
+#include <google/protobuf/util/json_util.h>
 
 #include "control/src/admin_client.h"
 #include "control/src/control_server.h"
@@ -34,13 +37,32 @@ class NativeServer {
   int tcp_port() const { return server_ ? server_->tcp_port() : 0; }
 
   void Stop(double grace_seconds) {
-    if (!server_) return;
     py::gil_scoped_release detached;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!server_) return;
     server_->Stop(grace_seconds);
     server_.reset();
   }
 
+  // ControlStats as proto3 JSON, for the metrics page of this process
+  // (mt_asyncio.metrics); "" when stopped or stopping (a stop in progress
+  // is not waited for: it may wait for the caller).
+  std::string ControlStatsJson() {
+    v1::ControlStats stats;
+    {
+      py::gil_scoped_release detached;
+      std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+      if (!lock.owns_lock() || !server_ || !server_->FillControlStats(&stats)) return "";
+    }
+    std::string json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    if (!google::protobuf::util::MessageToJsonString(stats, &json, options).ok()) return "";
+    return json;
+  }
+
  private:
+  std::mutex mu_;  // Stop() against ControlStatsJson().
   std::unique_ptr<ControlServer> server_;
 };
 
@@ -146,7 +168,8 @@ PYBIND11_MODULE(_control, m, py::mod_gil_not_used()) {
   m.doc() = "gRPC control plane for mt_asyncio (mt.control.v1).";
   py::class_<NativeServer>(m, "NativeServer")
       .def("stop", &NativeServer::Stop, py::arg("grace") = 1.0)
-      .def_property_readonly("tcp_port", &NativeServer::tcp_port);
+      .def_property_readonly("tcp_port", &NativeServer::tcp_port)
+      .def("control_stats_json", &NativeServer::ControlStatsJson);
   m.def("serve", &mt::control::Serve, py::arg("socket_path"), py::arg("admin_abi"),
         py::arg("interpreter"), py::arg("tcp") = py::none(), py::arg("limits") = py::dict());
 }

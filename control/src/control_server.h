@@ -86,6 +86,13 @@ class ControlServer {
   int tcp_port() const { return tcp_port_; }
   // Stops accepting; calls in progress get `grace_seconds`. Idempotent.
   void Stop(double grace_seconds);
+  // The service's counters (GetInfo's `control`); false once stopped.
+  // Not concurrently with Stop().
+  bool FillControlStats(v1::ControlStats* out) const {
+    if (service_ == nullptr) return false;
+    service_->FillControlStats(out);
+    return true;
+  }
 
  private:
   ControlServer() = default;

@@ -1,5 +1,7 @@
 #include "control/src/control_service.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -72,7 +74,10 @@ grpc::Status ControlService::Authorize(const grpc::ServerContext& context, bool 
   const Role role = hooks_.role ? hooks_.role(context, &no_role) : Role::kAdmin;
   if (role_out != nullptr) *role_out = role;
   if (role == Role::kAdmin || (role == Role::kReadOnly && !mutating)) {
-    return hooks_.limiter != nullptr ? hooks_.limiter->Admit(context, role) : grpc::Status::OK;
+    grpc::Status admitted =
+        hooks_.limiter != nullptr ? hooks_.limiter->Admit(context, role) : grpc::Status::OK;
+    if (admitted.ok()) CountCall(method);
+    return admitted;
   }
   if (role == Role::kNone) {
     const std::string why = no_role != nullptr ? no_role : "no valid credentials";
@@ -120,13 +125,12 @@ grpc::Status ControlService::GetRuntime(v1::RuntimeInfo* out) const {
   return admin_.CallJson("GetRuntime", "{}", out);
 }
 
-grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest*,
-                                     v1::GetInfoResponse* response) {
-  if (grpc::Status s = Authorize(*context, false, "GetInfo"); !s.ok()) return s;
-  response->set_pid(static_cast<uint32_t>(getpid()));
-  response->set_mt_asyncio_version(MT_ASYNCIO_VERSION);
-  *response->mutable_interpreter() = interpreter_;
-  v1::ControlStats* control = response->mutable_control();
+void ControlService::CountCall(const char* method) {
+  std::lock_guard<std::mutex> lock(calls_mu_);
+  ++calls_[method];  // Our own method names: a fixed set of keys.
+}
+
+void ControlService::FillControlStats(v1::ControlStats* control) const {
   control->set_refused_connections(hooks_.refused_connections ? hooks_.refused_connections()
                                                               : 0);
   control->set_open_tcp_connections(
@@ -158,7 +162,45 @@ grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::Get
     }
     control->set_unlogged_refusals(refusals_->suppressed_lines());
   }
+  std::lock_guard<std::mutex> lock(calls_mu_);
+  for (const auto& [method, count] : calls_) (*control->mutable_calls())[method] = count;
+}
+
+grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest*,
+                                     v1::GetInfoResponse* response) {
+  if (grpc::Status s = Authorize(*context, false, "GetInfo"); !s.ok()) return s;
+  response->set_pid(static_cast<uint32_t>(getpid()));
+  response->set_mt_asyncio_version(MT_ASYNCIO_VERSION);
+  *response->mutable_interpreter() = interpreter_;
+  FillControlStats(response->mutable_control());
   return GetRuntime(response->mutable_runtime());
+}
+
+grpc::Status ControlService::GetMetrics(grpc::ServerContext* context,
+                                        const v1::GetMetricsRequest* request,
+                                        v1::GetMetricsResponse* response) {
+  Role role = Role::kNone;
+  if (grpc::Status s = Authorize(*context, false, "GetMetrics", &role); !s.ok()) return s;
+  // The page is rendered in Python (mt_asyncio.metrics, which the HTTP
+  // endpoint serves too); this service's counters travel with the call.
+  v1::ControlStats stats;
+  FillControlStats(&stats);
+  std::string stats_json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(stats, &stats_json, options).ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "control stats could not be encoded");
+  }
+  const std::string body = std::string("{\"openmetrics\":") +
+                           (request->openmetrics() ? "true" : "false") +
+                           ",\"control\":" + stats_json + "}";
+  grpc::Status status;
+  if (grpc::Status s = Inspect(context, role,
+                               [&] { status = admin_.CallJson("GetMetrics", body, response); });
+      !s.ok()) {
+    return s;
+  }
+  return status;
 }
 
 grpc::Status ControlService::ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest*,

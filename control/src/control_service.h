@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -86,7 +88,12 @@ class ControlService final : public v1::RuntimeControl::Service {
   grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
                         grpc::ServerWriter<v1::ShutdownProgress>* writer) override;
 
+  grpc::Status GetMetrics(grpc::ServerContext* context, const v1::GetMetricsRequest* request,
+                          v1::GetMetricsResponse* response) override;
+
   int watchers() const { return watchers_.load(std::memory_order_relaxed); }
+  // What this service has seen (GetInfo's `control`, GetMetrics' page).
+  void FillControlStats(v1::ControlStats* control) const;
 
  private:
   void Audit(const grpc::ServerContext& context, const std::string& what) const;
@@ -111,6 +118,8 @@ class ControlService final : public v1::RuntimeControl::Service {
                            const google::protobuf::Message& request,
                            google::protobuf::Message* response,
                            const std::function<bool()>& give_up = nullptr);
+  // Counts an authorized call of `method` (ControlStats.calls).
+  void CountCall(const char* method);
   // The core's GetRuntime document as the message.
   grpc::Status GetRuntime(v1::RuntimeInfo* out) const;
 
@@ -121,6 +130,8 @@ class ControlService final : public v1::RuntimeControl::Service {
   const ServiceLimits limits_;
   std::atomic<int> watchers_{0};
   std::atomic<bool> draining_{false};
+  mutable std::mutex calls_mu_;
+  std::map<std::string, std::uint64_t> calls_;
 };
 
 }  // namespace mt::control

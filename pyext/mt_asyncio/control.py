@@ -30,12 +30,14 @@ CA must belong to this user or root and be writable by nobody else.
 
 import atexit
 import errno
+import json
 import os
 import socket
 import stat
 import sys
 import sysconfig
 import threading
+import weakref
 
 from . import _core
 
@@ -354,6 +356,13 @@ class ControlServer:
 
     stop = close  # The name earlier releases used.
 
+    def _stats(self):
+        native = self._native
+        if native is None:
+            return None
+        text = native.control_stats_json()
+        return json.loads(text) if text else None  # "": stopped meanwhile.
+
     def __enter__(self):
         return self
 
@@ -364,6 +373,21 @@ class ControlServer:
         state = "closed" if self._native is None else "serving"
         tcp = "" if self.tcp_target is None else f" tls://{self.tcp_target}"
         return f"<ControlServer {state} {self.target}{tcp}>"
+
+
+# The services this process serves, for the metrics page's control
+# counters (mt_asyncio.metrics).
+_servers = weakref.WeakSet()
+
+
+def _live_stats():
+    """ControlStats (proto3 JSON as a dict) of the first service still
+    serving, or None."""
+    for server in list(_servers):
+        stats = server._stats()
+        if stats is not None:
+            return stats
+    return None
 
 
 def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
@@ -420,6 +444,7 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
     if tcp_options is not None:
         tcp_host = tcp_options["address"].rpartition(":")[0]
     server = ControlServer(native, path, tcp_host)
+    _servers.add(server)
     # Its threads attach to the interpreter for loop and task calls: they
     # must be gone before it finalizes (close() is idempotent).
     atexit.register(server.close)

@@ -258,3 +258,36 @@ def test_default_path_is_in_a_private_folder(monkeypatch):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
+
+
+def test_metrics_page_with_the_services_own_counters(served):
+    """mtctl metrics gives the page mt_asyncio.metrics serves, with the
+    control service's counters (calls by method) on it, in both formats;
+    the page rendered in the same process shows those counters too.
+    (prometheus_client names a counter's family without _total.)"""
+    from prometheus_client import parser as prometheus_parser
+    from prometheus_client.openmetrics import parser as openmetrics_parser
+    from mt_asyncio import metrics
+
+    mtctl("--target", served.target, "info")
+    mtctl("--target", served.target, "info")
+    text = mtctl("--target", served.target, "metrics").stdout
+    families = {f.name: f for f in prometheus_parser.text_string_to_metric_families(text)}
+    calls = {s.labels["method"]: s.value
+             for s in families["mt_asyncio_control_calls"].samples}
+    assert calls["GetInfo"] >= 2 and calls["GetMetrics"] >= 1, calls
+    assert families["mt_asyncio_workers_live"].samples[0].value == 2
+    assert families["mt_asyncio_control_draining"].samples[0].value == 0
+
+    text = mtctl("--target", served.target, "metrics", "--openmetrics").stdout
+    assert text.endswith("# EOF\n")
+    parsed = {f.name: f for f in openmetrics_parser.text_string_to_metric_families(text)}
+    assert parsed["mt_asyncio_control_calls"].type == "counter"
+    answer = json.loads(mtctl("--target", served.target, "-o", "json", "metrics").stdout)
+    assert answer["content_type"].startswith("text/plain; version=0.0.4")
+
+    page = metrics.render(openmetrics=False)  # In-process: from the live service.
+    local = {f.name: f for f in prometheus_parser.text_string_to_metric_families(page)}
+    calls = {s.labels["method"]: s.value
+             for s in local["mt_asyncio_control_calls"].samples}
+    assert calls["GetMetrics"] >= 3, calls

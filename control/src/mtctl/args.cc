@@ -56,6 +56,8 @@ commands:
                                coordinated shutdown; --wait prints the
                                phases until the runtime stopped
   health                       grpc.health.v1 status of the process
+  metrics [--openmetrics]      the metrics page (Prometheus text format;
+                               docs/metrics.md)
   list                         this user's mt_asyncio processes on the machine
 
 exit status: 0 success, 1 the call failed, 2 bad usage, 3 not found.

@@ -217,6 +217,23 @@ int CmdDrain(Client& c, const Options& o) {
   return kExitOk;
 }
 
+// The metrics page, as a scraper of mt_asyncio.metrics would get it
+// (--openmetrics: that format; -o json: the response message).
+int CmdMetrics(Client& c, const Options& o, CommandArgs& a) {
+  v1::GetMetricsRequest req;
+  req.set_openmetrics(a.Flag("--openmetrics"));
+  if (!a.Done()) return kExitUsage;
+  v1::GetMetricsResponse r;
+  grpc::Status s = c.stub().GetMetrics(c.Context().get(), req, &r);
+  if (!s.ok()) return c.Failed(s);
+  if (o.format == Format::kJson) {
+    std::cout << ToJson(r, true);
+  } else {
+    std::cout << r.text();
+  }
+  return kExitOk;
+}
+
 int CmdShutdown(Client& c, const Options& o, CommandArgs& a) {
   double grace = 0;
   if (a.Number("--grace", &grace, 0, 3600) < 0) return kExitUsage;
@@ -427,8 +444,9 @@ int CmdTop(Client& c, const Options& o, CommandArgs& a) {
 int Run(const Options& opts) {
   const std::string& cmd = opts.args[0];
   static const char* const kCommands[] = {
-      "info",  "workers", "loops", "tasks", "ps",       "task",   "cancel",
-      "scale", "top",     "drain", "watch", "shutdown", "health", "list"};
+      "info",  "workers",  "loops",  "tasks", "ps",
+      "task",  "cancel",   "scale",  "top",   "drain",
+      "watch", "shutdown", "health", "list",  "metrics"};
   if (std::find(std::begin(kCommands), std::end(kCommands), cmd) ==
       std::end(kCommands)) {
     return UsageError("unknown command '" + cmd + "'");
@@ -448,6 +466,7 @@ int Run(const Options& opts) {
   if (cmd == "watch") return CmdWatch(c, opts, a);
   if (cmd == "drain") return a.Done() ? CmdDrain(c, opts) : kExitUsage;
   if (cmd == "shutdown") return CmdShutdown(c, opts, a);
+  if (cmd == "metrics") return CmdMetrics(c, opts, a);
   return a.Done() ? CmdHealth(c, opts) : kExitUsage;
 }
 
