@@ -56,6 +56,9 @@ PYPI_MT_ASYNCIO_VENV="${HOME:-/root}/.cache/mt_asyncio/mt-asyncio-0.3.0a1-venv"
 # reflection with: a Go module, built with `go install` when Go is here.
 GRPCURL_MODULE="github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
 GRPCURL_DIR="${HOME:-/root}/.cache/mt_asyncio/bin"
+# grpc-health-probe, the probe client Kubernetes users run against a gRPC
+# health port: the health-only port's test runs the real one.
+GRPC_HEALTH_PROBE_MODULE="github.com/grpc-ecosystem/grpc-health-probe@v0.4.63"
 
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
@@ -148,6 +151,12 @@ if [ ! -x "$GRPCURL_DIR/grpcurl" ]; then
     fi
   else
     echo "setup: note: no Go toolchain; the control plane's grpcurl test is skipped"
+  fi
+fi
+if [ ! -x "$GRPCURL_DIR/grpc-health-probe" ] && [ -n "$go" ]; then
+  echo "setup: go install $GRPC_HEALTH_PROBE_MODULE into $GRPCURL_DIR"
+  if ! GOBIN="$GRPCURL_DIR" "$go" install "$GRPC_HEALTH_PROBE_MODULE"; then
+    echo "setup: note: could not build grpc-health-probe; the health port's probe test is skipped"
   fi
 fi
 

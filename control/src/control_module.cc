@@ -35,6 +35,7 @@ class NativeServer {
   ~NativeServer() { Stop(0); }
 
   int tcp_port() const { return server_ ? server_->tcp_port() : 0; }
+  int health_port() const { return server_ ? server_->health_port() : 0; }
 
   void Stop(double grace_seconds) {
     py::gil_scoped_release detached;
@@ -127,7 +128,7 @@ void ApplyLimits(const py::dict& limits, ServerOptions* o) {
 
 std::unique_ptr<NativeServer> Serve(const std::string& socket_path, py::capsule abi_capsule,
                                     const py::dict& interpreter, const py::object& tcp,
-                                    const py::dict& limits) {
+                                    const py::dict& limits, const std::string& health_address) {
   auto* abi = static_cast<const MtAdminAbi*>(
       PyCapsule_GetPointer(abi_capsule.ptr(), kMtAdminAbiCapsuleName));
   if (abi == nullptr) throw py::error_already_set();
@@ -138,6 +139,7 @@ std::unique_ptr<NativeServer> Serve(const std::string& socket_path, py::capsule 
   options.socket_path = socket_path;
   options.interpreter = InterpreterFromDict(interpreter);
   ApplyLimits(limits, &options);
+  options.health_address = health_address;
   if (!tcp.is_none()) {
     const py::dict d = tcp.cast<py::dict>();
     TcpOptions t;
@@ -169,7 +171,9 @@ PYBIND11_MODULE(_control, m, py::mod_gil_not_used()) {
   py::class_<NativeServer>(m, "NativeServer")
       .def("stop", &NativeServer::Stop, py::arg("grace") = 1.0)
       .def_property_readonly("tcp_port", &NativeServer::tcp_port)
+      .def_property_readonly("health_port", &NativeServer::health_port)
       .def("control_stats_json", &NativeServer::ControlStatsJson);
   m.def("serve", &mt::control::Serve, py::arg("socket_path"), py::arg("admin_abi"),
-        py::arg("interpreter"), py::arg("tcp") = py::none(), py::arg("limits") = py::dict());
+        py::arg("interpreter"), py::arg("tcp") = py::none(), py::arg("limits") = py::dict(),
+        py::arg("health_address") = "");
 }

@@ -1,6 +1,7 @@
 #include "control/src/control_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 
@@ -79,6 +80,11 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   ControlServer* raw = self.get();
   hooks.set_serving = [raw](bool serving) {
     if (raw->server_ != nullptr) raw->server_->GetHealthCheckService()->SetServingStatus(serving);
+    if (raw->health_server_ != nullptr) {
+      grpc::HealthCheckServiceInterface* health = raw->health_server_->GetHealthCheckService();
+      health->SetServingStatus(serving);  // Every service name, ours included:
+      health->SetServingStatus(kLivenessService, true);  // this one stays.
+    }
   };
   const BearerTokens* tokens = self->tokens_.get();
   PeerCredListener* l = self->listener_.get();
@@ -159,6 +165,11 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, creds));
     }
   }
+  if (!options.health_address.empty()) {
+    // First: a port that cannot be had fails the start before anything
+    // else serves.
+    if (absl::Status s = self->StartHealthServer(options.health_address); !s.ok()) return s;
+  }
   self->server_ = builder.BuildAndStart();
   if (self->server_ == nullptr) {
     // gRPC logs the cause. The addresses are bound and the certificates
@@ -175,7 +186,80 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const MtAdmi
   return self;
 }
 
+namespace {
+
+// Leaves a server builder no plugins: the reflection plugin, which gRPC
+// adds to every builder once it is initialized, would describe the
+// control service's messages on the health-only port.
+class NoPlugins final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->clear();
+  }
+};
+
+// Every method but grpc.health.v1's on the health-only port. (A server
+// needs a registered service before gRPC adds its health one; this one
+// answers what a client asks of anything else.)
+class HealthOnly final : public grpc::CallbackGenericService {
+ public:
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
+    class Refusal final : public grpc::ServerGenericBidiReactor {
+     public:
+      Refusal() {
+        Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                            "only grpc.health.v1 is served on this port"));
+      }
+      void OnDone() override { delete this; }
+    };
+    return new Refusal;
+  }
+};
+
+}  // namespace
+
+absl::Status ControlServer::StartHealthServer(const std::string& address) {
+  grpc::ServerBuilder builder;
+  // gRPC's default health service and HealthOnly: nothing else is there.
+  health_only_ = std::make_unique<HealthOnly>();
+  builder.RegisterCallbackGenericService(health_only_.get());
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &health_port_);
+  builder.SetOption(std::make_unique<NoPlugins>());
+  // gRPC binds with SO_REUSEPORT by default: a second process given the
+  // same port would share it, and probes would ask either one.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kHealthMaxReceiveMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kHealthMaxConcurrentStreams);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kHealthMaxMetadataBytes);
+  grpc::ResourceQuota quota("mt_asyncio_health");
+  quota.SetMaxThreads(kHealthMaxServerThreads);
+  quota.Resize(kHealthMemoryQuotaBytes);
+  builder.SetResourceQuota(quota);
+  builder.SetSyncServerOption(grpc::ServerBuilder::NUM_CQS, 1);
+  builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, 1);
+  health_server_ = builder.BuildAndStart();
+  if (health_server_ == nullptr || health_port_ == 0) {
+    health_server_.reset();
+    return absl::UnavailableError("could not serve the health port on " + address +
+                                  " (address in use or not this host's?)");
+  }
+  health_server_->GetHealthCheckService()->SetServingStatus(true);
+  health_server_->GetHealthCheckService()->SetServingStatus(kLivenessService, true);
+  return absl::OkStatus();
+}
+
 void ControlServer::Stop(double grace_seconds) {
+  if (health_server_ != nullptr) {
+    // Probes get no grace: the process is going.
+    health_server_->Shutdown(std::chrono::system_clock::now());
+    health_server_->Wait();
+    health_server_.reset();
+    health_only_.reset();
+  }
   if (!server_) return;
   // No new connections; those open keep their relays while calls in
   // progress have their grace (a Shutdown stream says STOPPED), then go.

@@ -1,6 +1,7 @@
 #ifndef MT_CONTROL_SRC_CONTROL_SERVER_H_
 #define MT_CONTROL_SRC_CONTROL_SERVER_H_
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstddef>
@@ -51,9 +52,27 @@ inline constexpr int kMaxMetadataBytes = 16 * 1024;
 // and refuse new streams, as they near it).
 inline constexpr std::size_t kMemoryQuotaBytes = 64u << 20;
 
+// The health-only port: plaintext gRPC for probes that carry neither TLS
+// nor a token (Kubernetes' grpc probe, grpc-health-probe). Only
+// grpc.health.v1 is served there, with tighter bounds than the control
+// service's.
+inline constexpr int kHealthMaxReceiveMessageBytes = 1024;
+inline constexpr int kHealthMaxConcurrentStreams = 4;
+inline constexpr int kHealthMaxServerThreads = 4;
+inline constexpr int kHealthMaxMetadataBytes = 4 * 1024;
+inline constexpr std::size_t kHealthMemoryQuotaBytes = 4u << 20;
+// The service name a liveness probe asks for on the health-only port:
+// SERVING while the control plane serves, drained or not (the overall
+// status "" is the readiness one, NOT_SERVING from Drain on), so a
+// drained process is taken out of rotation without being restarted.
+inline constexpr char kLivenessService[] = "liveness";
+
 struct ServerOptions {
   std::string socket_path;  // The Unix socket (always served).
   std::optional<TcpOptions> tcp;
+  // "HOST:PORT" of the health-only port (port 0 picks a free one), or ""
+  // for none.
+  std::string health_address;
   v1::InterpreterInfo interpreter;
   ServiceLimits limits;
   CallLimits call_limits;
@@ -84,6 +103,8 @@ class ControlServer {
 
   // The TCP port bound (0 without TCP).
   int tcp_port() const { return tcp_port_; }
+  // The health-only port bound (0 without one).
+  int health_port() const { return health_port_; }
   // Stops accepting; calls in progress get `grace_seconds`. Idempotent.
   void Stop(double grace_seconds);
   // The service's counters (GetInfo's `control`); false once stopped.
@@ -96,6 +117,7 @@ class ControlServer {
 
  private:
   ControlServer() = default;
+  absl::Status StartHealthServer(const std::string& address);
 
   std::unique_ptr<BearerTokens> tokens_;  // Stable address for the processor.
   // Before limiter_, which tells it of every call's end.
@@ -108,7 +130,10 @@ class ControlServer {
   std::vector<std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor>> tcp_acceptors_;
   std::unique_ptr<ControlService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::CallbackGenericService> health_only_;  // Before health_server_.
+  std::unique_ptr<grpc::Server> health_server_;  // grpc.health.v1 only.
   int tcp_port_ = 0;
+  int health_port_ = 0;
 };
 
 }  // namespace mt::control

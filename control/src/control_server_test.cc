@@ -438,6 +438,91 @@ TEST(CallLimitsTest, UnreadAnswersAreCancelledAndTheCapsHold) {
   testing::InstallFakeCore(nullptr);
 }
 
+// The health-only port: plaintext grpc.health.v1, NOT_SERVING overall
+// after Drain while "liveness" stays SERVING, and nothing else there:
+// the control service and reflection answer UNIMPLEMENTED.
+TEST(HealthPortTest, ServesHealthAloneAndFollowsDrain) {
+  testing::FakeCore core;
+  core.answer = [](const std::string&, const std::string&) {
+    return std::make_pair(0, std::string("{}"));
+  };
+  testing::InstallFakeCore(&core);
+  const std::string path = testing::SocketPath();
+  ServerOptions options;
+  options.socket_path = path;
+  options.health_address = "127.0.0.1:0";
+  auto server = ControlServer::Start(FakeAbi(), std::move(options));
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->health_port(), 0);
+  auto plain = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->health_port()),
+                                   grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(plain);
+  auto status_of = [&](const std::string& service) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status s = health->Check(&context, request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return response.status();
+  };
+  using Response = grpc::health::v1::HealthCheckResponse;
+  EXPECT_EQ(status_of(""), Response::SERVING);
+  EXPECT_EQ(status_of("liveness"), Response::SERVING);
+
+  auto control = v1::RuntimeControl::NewStub(plain);
+  grpc::ClientContext info_context;
+  v1::GetInfoResponse info;
+  EXPECT_EQ(control->GetInfo(&info_context, v1::GetInfoRequest(), &info).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  grpc::ClientContext drain_context;
+  v1::DrainResponse drained;
+  EXPECT_EQ(control->Drain(&drain_context, v1::DrainRequest(), &drained).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(status_of(""), Response::SERVING);  // That Drain did nothing.
+
+  auto admin = v1::RuntimeControl::NewStub(
+      grpc::CreateChannel("unix://" + path, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext admin_context;
+  ASSERT_TRUE(admin->Drain(&admin_context, v1::DrainRequest(), &drained).ok());
+  EXPECT_EQ(status_of(""), Response::NOT_SERVING);
+  EXPECT_EQ(status_of("liveness"), Response::SERVING);
+  (*server)->Stop(0);
+  testing::InstallFakeCore(nullptr);
+}
+
+// A health port that cannot be had fails the start: one a plain socket
+// holds, or another control server's (never shared through SO_REUSEPORT).
+TEST(HealthPortTest, AnAddressInUseFailsTheStart) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ServerOptions options;
+  options.socket_path = testing::SocketPath();
+  options.health_address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  auto server = ControlServer::Start(FakeAbi(), std::move(options));
+  EXPECT_FALSE(server.ok());
+  close(fd);
+
+  ServerOptions first_options;
+  first_options.socket_path = testing::SocketPath();
+  first_options.health_address = "127.0.0.1:0";
+  auto first = ControlServer::Start(FakeAbi(), std::move(first_options));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ServerOptions second_options;
+  second_options.socket_path = testing::SocketPath();
+  second_options.health_address = "127.0.0.1:" + std::to_string((*first)->health_port());
+  EXPECT_FALSE(ControlServer::Start(FakeAbi(), std::move(second_options)).ok());
+  (*first)->Stop(0);
+}
+
 // A connection that makes no call is closed once idle for the limit,
 // on the Unix socket (handed to gRPC by the listener) and over TLS.
 TEST_F(TlsServerTest, IdleConnectionsAreClosed) {

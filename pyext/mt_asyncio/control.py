@@ -20,6 +20,8 @@ other value is refused with a line on stderr. ``MT_ASYNCIO_CONTROL_TCP``
 (``HOST:PORT``) adds the TCP listener, with its files from
 ``MT_ASYNCIO_CONTROL_TLS_CERT``, ``..._TLS_KEY``, ``..._CLIENT_CA``,
 ``..._TOKEN_FILE`` and ``..._READONLY_TOKEN_FILE``.
+``MT_ASYNCIO_CONTROL_HEALTH`` (``HOST:PORT``) adds the plaintext
+health-only port for Kubernetes' probes (serve()'s ``health``).
 
 Every file is opened once, without following a link, and checked on the
 open descriptor: tokens and the TLS key must be regular files of this
@@ -291,17 +293,17 @@ def _read_token(path, what):
     return token.decode("ascii")
 
 
-def _tcp_address(tcp):
+def _tcp_address(tcp, what="tcp"):
     """"HOST:PORT", or (host, port) with an IPv6 host bracketed."""
     if isinstance(tcp, str):
         host, sep, port = tcp.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"tcp must be 'HOST:PORT' or (host, port), not {tcp!r}")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ValueError(f"{what} must be 'HOST:PORT' or (host, port), not {tcp!r}")
         return tcp
     host, port = tcp
     port = int(port)
     if not 0 <= port <= 65535:
-        raise ValueError(f"tcp port out of range: {port}")
+        raise ValueError(f"{what} port out of range: {port}")
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"{host}:{port}"
@@ -344,6 +346,8 @@ class ControlServer:
         self.tcp_port = native.tcp_port or None
         self.tcp_target = (None if self.tcp_port is None
                            else f"{tcp_host}:{self.tcp_port}")
+        # The health-only port, when served (see serve(health=)).
+        self.health_port = native.health_port or None
         self._lock = threading.Lock()
 
     def close(self, grace=1.0):
@@ -391,7 +395,7 @@ def _live_stats():
 
 
 def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
-          token_file=None, readonly_token_file=None, limits=None):
+          token_file=None, readonly_token_file=None, limits=None, health=None):
     """Start the control service and return a ControlServer.
 
     ``path`` is the Unix socket (default: default_socket_path(), in a
@@ -413,6 +417,12 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
     ``limits`` changes the bounds the service keeps on its callers (a dict
     of names in LIMITS to values; ValueError for an unknown name or a value
     out of range).
+
+    ``health`` (``"HOST:PORT"`` or ``(host, port)``; port 0 picks a free
+    one, see ControlServer.health_port) adds a plaintext gRPC port that
+    serves only ``grpc.health.v1`` (for Kubernetes' gRPC probes and
+    grpc-health-probe, which carry neither TLS nor a token): SERVING until
+    Drain or Shutdown, and nothing else reachable there.
     """
     limit_values = _limits(limits)
     tcp_options = None
@@ -438,8 +448,9 @@ def serve(path=None, *, tcp=None, tls_cert=None, tls_key=None, client_ca=None,
     except ImportError as exc:
         raise ImportError(
             "mt_asyncio's control extension is not available: " + str(exc)) from exc
+    health_address = "" if health is None else _tcp_address(health, "health")
     native = _control.serve(path, _core._admin_abi, _interpreter_info(), tcp_options,
-                            limit_values)
+                            limit_values, health_address)
     tcp_host = None
     if tcp_options is not None:
         tcp_host = tcp_options["address"].rpartition(":")[0]
@@ -490,6 +501,8 @@ def _serve_from_env():
     except ValueError as exc:
         print(f"mt_asyncio: {_ENV}_LIMITS: control plane not started: {exc}", file=sys.stderr)
         return
+    if os.environ.get(_ENV + "_HEALTH"):
+        options["health"] = os.environ[_ENV + "_HEALTH"]
     if os.environ.get(_ENV + "_TCP"):
         options["tcp"] = os.environ[_ENV + "_TCP"]
         for key in ("tls_cert", "tls_key", "client_ca", "token_file", "readonly_token_file"):

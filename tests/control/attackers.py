@@ -43,9 +43,12 @@ def grpc_message(body=b""):
     return b"\x00" + len(body).to_bytes(4, "big") + body
 
 
-def connect(port=None, ca=None, unix=None, source=None):
-    """A connected socket: TLS with ALPN h2 to 127.0.0.1:port, or the Unix
-    socket `unix`. `source` binds a TCP connection's local address."""
+def connect(port=None, ca=None, unix=None, source=None, plain=None):
+    """A connected socket: TLS with ALPN h2 to 127.0.0.1:port, plaintext
+    TCP to 127.0.0.1:plain, or the Unix socket `unix`. `source` binds a
+    TCP connection's local address."""
+    if plain is not None:
+        return socket.create_connection(("127.0.0.1", plain), timeout=WAIT)
     if unix is not None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(WAIT)
@@ -82,7 +85,8 @@ def grpc_calls(path, count, authorization=None, body=b"", at_once=8, until=None,
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
     sock.sendall(conn.data_to_send())
-    headers = _headers(path, authorization, "http" if "unix" in where else "https")
+    headers = _headers(path, authorization,
+                       "http" if "unix" in where or "plain" in where else "https")
     statuses = []
     try:
         while len(statuses) < count and (until is None or time.monotonic() < until):
@@ -193,7 +197,8 @@ def zero_window_calls(path, streams, authorization, body=b"", **where):
     conn.local_settings = h2.settings.Settings(
         client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
     conn.initiate_connection()
-    headers = _headers(path, authorization, "http" if "unix" in where else "https")
+    headers = _headers(path, authorization,
+                       "http" if "unix" in where or "plain" in where else "https")
     for _ in range(streams):
         stream = conn.get_next_available_stream_id()
         conn.send_headers(stream, headers)

@@ -40,6 +40,7 @@ class Service:
         self.pid = ready["pid"]
         self.port = ready["port"]
         self.control_tcp_port = ready["control_tcp_port"]
+        self.health_port = ready["health_port"]
         self.socket = os.path.join(self.runtime_dir, "mt_asyncio", f"{self.pid}.sock")
         deadline = time.monotonic() + WAIT
         while not os.path.exists(self.socket):
@@ -124,6 +125,24 @@ def tls_service(tls_files):
         yield svc
     finally:
         svc.close()
+
+
+def go_tool_path(name, env_var):
+    """A Go tool tools/setup.sh builds into ~/.cache/mt_asyncio/bin when Go
+    is present ($env_var names another), or None."""
+    import pwd
+    explicit = os.environ.get(env_var)
+    if explicit:
+        return explicit
+    home = pwd.getpwuid(os.getuid()).pw_dir  # HOME may be moved by the runner.
+    path = os.path.join(home, ".cache", "mt_asyncio", "bin", name)
+    return path if os.access(path, os.X_OK) else shutil.which(name)
+
+
+def grpc_health_probe_path():
+    """grpc-health-probe (github.com/grpc-ecosystem/grpc-health-probe), if
+    installed."""
+    return go_tool_path("grpc-health-probe", "MT_GRPC_HEALTH_PROBE")
 
 
 def grpcurl_path():

@@ -158,7 +158,8 @@ async def main(args):
             guarded(asyncio.to_thread, never.wait), name="hung-thread-job"))
     control = mt_asyncio.control._from_env
     emit(event="ready", pid=__import__("os").getpid(), port=port,
-         control_tcp_port=control.tcp_port if control is not None else None)
+         control_tcp_port=control.tcp_port if control is not None else None,
+         health_port=control.health_port if control is not None else None)
     try:
         async with server:
             # One task cancelled by an operator does not end the service.

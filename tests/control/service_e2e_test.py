@@ -16,8 +16,11 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # The helpers beside it.
+import attackers  # noqa: E402
 import harness  # noqa: E402
-from harness import MTCTL, WAIT, Service, grpcurl_path, rss_kib  # noqa: E402
+from harness import (  # noqa: E402
+    MTCTL, WAIT, Service, grpc_health_probe_path, grpcurl_path, rss_kib,
+)
 
 
 @pytest.fixture
@@ -186,6 +189,59 @@ def test_drain_flips_health_and_work_goes_on(service):
     with socket.create_connection(("127.0.0.1", service.port), timeout=WAIT) as c:
         c.sendall(b"hello\n")
         assert c.recv(100) == b"hello\n"
+
+
+def test_health_port_answers_the_probe_through_drain_and_shutdown():
+    """The plaintext health-only port (MT_ASYNCIO_CONTROL_HEALTH), read by
+    the real probe client Kubernetes users run: SERVING, NOT_SERVING once
+    drained (the "liveness" name still SERVING), nothing at all once the
+    process shut down. Nothing but
+    grpc.health.v1 is reachable there: the control service and reflection
+    answer UNIMPLEMENTED."""
+    probe = grpc_health_probe_path()
+    if probe is None:
+        pytest.skip("grpc-health-probe is not installed (tools/setup.sh builds it when "
+                    "Go is present)")
+    svc = Service(env={"MT_ASYNCIO_CONTROL_HEALTH": "127.0.0.1:0"})
+    try:
+        assert svc.health_port
+        addr = f"127.0.0.1:{svc.health_port}"
+
+        def check(*extra):
+            return subprocess.run([probe, "-addr", addr, "-connect-timeout", "5s",
+                                   "-rpc-timeout", "5s", *extra],
+                                  capture_output=True, text=True, timeout=WAIT)
+
+        ok = check()
+        assert ok.returncode == 0 and "status: SERVING" in ok.stderr, (ok.stdout, ok.stderr)
+        # Raw gRPC calls (h2): 12 is UNIMPLEMENTED.
+        for method in ("/mt.control.v1.RuntimeControl/GetInfo",
+                       "/mt.control.v1.RuntimeControl/Drain",
+                       "/mt.control.v1.RuntimeControl/Shutdown",
+                       "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"):
+            assert attackers.grpc_calls(method, 1, plain=svc.health_port) == [12], method
+        grpcurl = grpcurl_path()
+        if grpcurl is not None:
+            listed = subprocess.run([grpcurl, "-plaintext", addr, "list"],
+                                    capture_output=True, text=True, timeout=WAIT)
+            assert listed.returncode != 0 and "does not support the reflection API" in \
+                listed.stderr, listed
+        assert svc.mtctl("health").stdout.strip() == "SERVING"  # Not drained by the above.
+
+        svc.mtctl("drain")
+        drained = check()
+        # grpc-health-probe exits 4 for a status other than SERVING.
+        assert drained.returncode == 4 and "NOT_SERVING" in drained.stderr, \
+            (drained.stdout, drained.stderr)
+        alive = check("-service", "liveness")  # The liveness probe's name stays SERVING.
+        assert alive.returncode == 0 and "status: SERVING" in alive.stderr, alive
+
+        svc.mtctl("shutdown", "--grace", "1", "--wait", timeout=WAIT)
+        assert svc.proc.wait(WAIT) == 0
+        gone = check()
+        assert gone.returncode == 2, (gone.stdout, gone.stderr)  # 2: connection failure.
+    finally:
+        svc.close()
 
 
 def test_cancel_a_task_runs_its_finally(service):
