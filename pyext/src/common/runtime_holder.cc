@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -131,7 +133,32 @@ void RuntimeHolder::AfterForkInChild() {
   this_worker_index = -1;
 }
 
+namespace {
+
+// MT_ASYNCIO_THREADS: the worker count of a runtime started without one
+// (the first loop's implicit start, threads=None), for programs whose
+// command line the user does not own (uvicorn, hypercorn, gunicorn's
+// workers). 0 when unset; a value that is not a count from 1 to 1024 is
+// refused with a line on stderr.
+std::size_t WorkerThreadsFromEnv() {
+  const char* value = std::getenv("MT_ASYNCIO_THREADS");
+  if (value == nullptr || *value == '\0') return 0;
+  char* end = nullptr;
+  const long threads = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || threads < 1 || threads > 1024) {
+    std::fprintf(stderr,
+                 "mt_asyncio: MT_ASYNCIO_THREADS=%s is not a worker count from 1 to 1024; "
+                 "the default is used\n",
+                 value);
+    return 0;
+  }
+  return static_cast<std::size_t>(threads);
+}
+
+}  // namespace
+
 void RuntimeHolder::Start(runtime::Config config) {
+  if (config.worker_threads == 0) config.worker_threads = WorkerThreadsFromEnv();
   std::shared_ptr<runtime::Runtime> rt;
   {
     std::lock_guard<std::mutex> lock(mu_);
