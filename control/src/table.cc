@@ -18,6 +18,24 @@ void Table::AddRow(std::vector<std::string> row) {
   rows_.push_back(std::move(row));
 }
 
+Table Table::Labeled(const std::string& label, const Table& shape) {
+  Table table({label}, {false});
+  // The shape's header is escaped already: taken as it is.
+  table.header_.insert(table.header_.end(), shape.header_.begin(), shape.header_.end());
+  table.right_.insert(table.right_.end(), shape.right_.begin(), shape.right_.end());
+  return table;
+}
+
+void Table::AddRowsOf(const std::string& value, const Table& other) {
+  const std::string label = Escape(value);
+  for (const auto& row : other.rows_) {
+    std::vector<std::string> labeled = {label};
+    labeled.insert(labeled.end(), row.begin(), row.end());  // Escaped already.
+    labeled.resize(header_.size());
+    rows_.push_back(std::move(labeled));
+  }
+}
+
 void Table::Print(std::ostream& out) const {
   std::vector<std::size_t> width(header_.size());
   for (std::size_t c = 0; c < header_.size(); ++c) width[c] = DisplayWidth(header_[c]);

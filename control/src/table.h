@@ -19,6 +19,13 @@ class Table {
   void Print(std::ostream& out) const;
   bool empty() const { return rows_.empty(); }
 
+  // A table of `shape`'s columns with `label` first and no rows: several
+  // targets' tables in one (mtctl --target A --target B).
+  static Table Labeled(const std::string& label, const Table& shape);
+  // Every row of `other` (this table's columns after the first) under
+  // `value` in the first column.
+  void AddRowsOf(const std::string& value, const Table& other);
+
  private:
   std::vector<std::string> header_;
   std::vector<bool> right_;

@@ -53,5 +53,23 @@ TEST(TableTest, PadsByCodePointAndEscapesEveryCell) {
             "22  bell\\x07\n");
 }
 
+TEST(TableTest, TablesOfSeveralTargetsShareOneWithALabelColumn) {
+  Table a({"ID", "NAME"}, {true, false});
+  a.AddRow({"1", "x"});
+  Table b({"ID", "NAME"}, {true, false});
+  b.AddRow({"22", "y\x1b"});
+  b.AddRow({"3", "z"});
+  Table merged = Table::Labeled("TARGET", a);
+  merged.AddRowsOf("unix:///a.sock", a);
+  merged.AddRowsOf("host\x07:1", b);
+  std::ostringstream out;
+  merged.Print(out);
+  EXPECT_EQ(out.str(),
+            "TARGET          ID  NAME\n"
+            "unix:///a.sock   1  x\n"
+            "host\\x07:1      22  y\\x1b\n"
+            "host\\x07:1       3  z\n");
+}
+
 }  // namespace
 }  // namespace mt::control

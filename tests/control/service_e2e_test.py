@@ -244,6 +244,67 @@ def test_health_port_answers_the_probe_through_drain_and_shutdown():
         svc.close()
 
 
+def test_one_command_across_two_live_processes(tmp_path):
+    """mtctl --target A --target B (or --targets-file): one table with a
+    TARGET column for each read command, top across both, a JSON line per
+    target, and exit statuses that tell which targets failed."""
+    a, b = Service(), Service()
+    try:
+        # Each service has a runtime folder of its own: named by socket.
+        ta, tb = f"unix://{a.socket}", f"unix://{b.socket}"
+        targets = ["--target", ta, "--target", tb]
+
+        def rows(text):
+            return [line.split() for line in text.splitlines()[1:] if line.strip()]
+
+        def run(*args, env=None):
+            return subprocess.run([MTCTL, *args], capture_output=True, text=True,
+                                  timeout=WAIT, env=env or a.env)
+
+        out = run(*targets, "workers")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0].split()[:2] == ["TARGET", "IDX"], lines[0]
+        assert {r[0] for r in rows(out.stdout)} == {ta, tb}
+        assert len(rows(out.stdout)) == 4  # Two workers each.
+
+        info = rows(run(*targets, "info").stdout)
+        assert [(r[0], r[1]) for r in info] == [(ta, str(a.pid)), (tb, str(b.pid))]
+        tasks = rows(run(*targets, "ps", "--name", "spinner").stdout)
+        assert {r[0] for r in tasks} == {ta, tb}
+        assert {r[0] for r in rows(run(*targets, "loops").stdout)} == {ta, tb}
+
+        listed = tmp_path / "targets"
+        listed.write_text(f"# the fleet\n{ta}\n\n  {tb}  \n")
+        out = run("--targets-file", str(listed), "-o", "json", "workers")
+        answers = [json.loads(line) for line in out.stdout.splitlines()]
+        assert [x["target"] for x in answers] == [ta, tb]
+        assert all(len(x["response"]["workers"]) == 2 for x in answers)
+
+        top = run(*targets, "top", "--iterations", "1")
+        assert top.returncode == 0, top.stderr
+        assert "2 targets" in top.stdout and str(b.pid) in top.stdout
+        assert "busiest tasks:" in top.stdout
+
+        b.mtctl("drain")
+        health = run(*targets, "health")
+        assert health.returncode == 4, (health.stdout, health.stderr)  # One of two.
+        assert {tuple(r) for r in rows(health.stdout)} == {(ta, "SERVING"),
+                                                            (tb, "NOT_SERVING")}
+
+        missing = "unix:///nonexistent/control.sock"
+        some = run(*targets, "--target", missing, "info")
+        assert some.returncode == 4 and "/nonexistent/control.sock" in some.stderr, some.stderr
+        assert len(rows(some.stdout)) == 2
+        none = run("--target", missing, "--target", "unix:///nonexistent/other.sock", "workers")
+        assert none.returncode == 1, none.stderr
+        mutating = run(*targets, "drain")
+        assert mutating.returncode == 2 and "one target" in mutating.stderr
+    finally:
+        a.close()
+        b.close()
+
+
 def test_cancel_a_task_runs_its_finally(service):
     producer = service.json("ps", "--name", "producer")["tasks"][0]
     assert "cancel requested" in service.mtctl("cancel", producer["id"], "--msg", "op").stdout

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
@@ -16,7 +17,11 @@ Inspect and steer live mt_asyncio processes over their control plane.
 options:
   --target TARGET     the process: unix:///PATH, a PID (its socket in the
                       default folder), or HOST:PORT (TLS); default
-                      $MTCTL_TARGET, else the only process of this user
+                      $MTCTL_TARGET, else the only process of this user.
+                      Repeat it (or use --targets-file) to ask several:
+                      info, workers, loops, tasks, health and top then
+                      print one table with a TARGET column
+  --targets-file FILE targets, one a line ('#' starts a comment)
   --timeout SECONDS   deadline of each call (default 5)
   --connect-timeout SECONDS
                       wait up to this long for the target to start
@@ -60,13 +65,38 @@ commands:
                                docs/metrics.md)
   list                         this user's mt_asyncio processes on the machine
 
-exit status: 0 success, 1 the call failed, 2 bad usage, 3 not found.
+exit status: 0 success, 1 the call failed, 2 bad usage, 3 not found; with
+several targets 0 when every target answered, 1 when none did, 4 when
+some did not (stderr names each one that failed).
 )";
 
 int UsageError(const std::string& message) {
   std::cerr << "mtctl: " << message << "\ntry 'mtctl --help'\n";
   return kExitUsage;
 }
+
+namespace {
+
+// The targets in `path`, one a line; blank lines and those starting with
+// '#' are skipped. Returns -1 when read, else the exit code.
+int ReadTargets(const std::string& path, std::vector<std::string>* targets) {
+  std::ifstream in(path);
+  if (!in) return UsageError("cannot read --targets-file '" + path + "'");
+  std::string line;
+  std::size_t read = 0;
+  while (std::getline(in, line)) {
+    if ((read += line.size() + 1) > (1u << 20)) {
+      return UsageError("--targets-file '" + path + "' is over 1 MiB");
+    }
+    const std::size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const std::size_t last = line.find_last_not_of(" \t\r");
+    targets->push_back(line.substr(first, last - first + 1));
+  }
+  return -1;
+}
+
+}  // namespace
 
 int ParseGlobal(const std::vector<std::string>& args, Options* opts) {
   if (const char* env = std::getenv("MTCTL_TARGET")) opts->target = env;
@@ -94,8 +124,12 @@ int ParseGlobal(const std::vector<std::string>& args, Options* opts) {
     }
     if (arg == "--json") {
       opts->format = Format::kJson;
-    } else if ((r = value(arg, "--target", &opts->target)) != 0) {
-      if (r < 0) return UsageError("--target needs a value");
+    } else if ((r = value(arg, "--target", &v)) != 0) {
+      if (r < 0 || v.empty()) return UsageError("--target needs a value");
+      opts->targets.push_back(v);
+    } else if ((r = value(arg, "--targets-file", &v)) != 0) {
+      if (r < 0) return UsageError("--targets-file needs a file");
+      if (const int rc = ReadTargets(v, &opts->targets); rc >= 0) return rc;
     } else if ((r = value(arg, "--tls-ca", &opts->tls_ca)) != 0) {
       if (r < 0) return UsageError("--tls-ca needs a value");
     } else if ((r = value(arg, "--tls-cert", &opts->tls_cert)) != 0) {
@@ -137,6 +171,10 @@ int ParseGlobal(const std::vector<std::string>& args, Options* opts) {
     }
   }
   if (opts->args.empty()) return UsageError("no command given");
+  if (opts->targets.size() > kMaxTargets) {
+    return UsageError(absl::StrFormat("at most %d targets at once", kMaxTargets));
+  }
+  if (!opts->targets.empty()) opts->target = opts->targets.front();
   return -1;
 }
 

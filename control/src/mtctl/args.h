@@ -14,6 +14,10 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitNotFound = 3;
+// Across several targets: some answered, some did not (stderr names them).
+inline constexpr int kExitSomeFailed = 4;
+// Targets one command may ask at once.
+inline constexpr std::size_t kMaxTargets = 256;
 
 // What `mtctl --help` prints.
 extern const char kUsage[];
@@ -21,7 +25,9 @@ extern const char kUsage[];
 enum class Format { kTable, kWide, kJson };
 
 struct Options {
-  std::string target;
+  std::string target;  // The first of `targets`, or $MTCTL_TARGET.
+  // Every --target given and each line of --targets-file, in order.
+  std::vector<std::string> targets;
   double timeout_seconds = 5;
   double connect_timeout_seconds = 0;
   Format format = Format::kTable;

@@ -1,5 +1,6 @@
 #include "control/src/mtctl/args.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -24,6 +25,23 @@ TEST_F(ParseGlobalTest, CommandAndItsArgumentsAreKeptInOrder) {
   EXPECT_EQ(opts_.args,
             (std::vector<std::string>{"tasks", "--state", "ready"}));
   EXPECT_EQ(opts_.format, Format::kTable);
+}
+
+TEST_F(ParseGlobalTest, TargetsRepeatedAndFromAFile) {
+  const std::string file = ::testing::TempDir() + "/targets";
+  FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("# fleet\n  10.0.0.1:7443 \n\n\tunix:///run/b.sock\r\n", f);
+  std::fclose(f);
+  EXPECT_EQ(Parse({"--target", "1234", "--targets-file", file, "--target=77", "workers"}),
+            -1);
+  EXPECT_EQ(opts_.targets, (std::vector<std::string>{"1234", "10.0.0.1:7443",
+                                                     "unix:///run/b.sock", "77"}));
+  EXPECT_EQ(opts_.target, "1234");
+  Options other;
+  EXPECT_EQ(ParseGlobal({"--targets-file", file + ".missing", "info"}, &other), kExitUsage);
+  Options empty_target;
+  EXPECT_EQ(ParseGlobal({"--target=", "info"}, &empty_target), kExitUsage);
 }
 
 TEST_F(ParseGlobalTest, OutputFormats) {

@@ -13,7 +13,10 @@
 #include <cstdint>
 #include <iostream>
 #include <iterator>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -66,17 +69,24 @@ int CmdLoops(Client& c, const Options& o) {
                    });
 }
 
-int CmdTasks(Client& c, const Options& o, CommandArgs& a) {
-  v1::ListTasksRequest req;
-  double loop = 0, limit = 500;
+// What `tasks` asks: its filters, and how many to fetch.
+struct TasksQuery {
+  v1::ListTasksRequest request;
+  double limit = 500;
+  bool all = false;
+};
+
+// Parses tasks' arguments; -1 to go on, else the exit code.
+int ParseTasksQuery(CommandArgs& a, TasksQuery* q) {
+  double loop = 0;
   std::string state, name;
   if (a.Number("--loop", &loop, 0, 1e18) < 0) return kExitUsage;
-  if (a.Number("--limit", &limit, 1, 1e9) < 0) return kExitUsage;
+  if (a.Number("--limit", &q->limit, 1, 1e9) < 0) return kExitUsage;
   if (a.Value("--state", &state) < 0 || a.Value("--name", &name) < 0)
     return kExitUsage;
-  const bool all = a.Flag("--all");
+  q->all = a.Flag("--all");
   if (!a.Done()) return kExitUsage;
-  req.set_loop_id(static_cast<std::uint64_t>(loop));
+  q->request.set_loop_id(static_cast<std::uint64_t>(loop));
   if (!state.empty()) {
     v1::TaskState s;
     std::string upper = "TASK_STATE_";
@@ -85,25 +95,36 @@ int CmdTasks(Client& c, const Options& o, CommandArgs& a) {
     if (!v1::TaskState_Parse(upper, &s) || s == v1::TASK_STATE_UNSPECIFIED) {
       return UsageError("--state must be running, ready or waiting");
     }
-    req.set_state(s);
+    q->request.set_state(s);
   }
-  req.set_name_contains(name);
-  v1::ListTasksResponse out;
+  q->request.set_name_contains(name);
+  return -1;
+}
+
+// The pages of ListTasks the query asks for, gathered.
+grpc::Status FetchTasks(Client& c, TasksQuery q, v1::ListTasksResponse* out) {
   while (true) {
-    req.set_page_size(all ? 2000
-                          : static_cast<std::uint32_t>(std::min<double>(
-                                2000, limit - out.tasks_size())));
+    q.request.set_page_size(q.all ? 2000
+                                  : static_cast<std::uint32_t>(std::min<double>(
+                                        2000, q.limit - out->tasks_size())));
     v1::ListTasksResponse page;
-    grpc::Status s = c.stub().ListTasks(c.Context().get(), req, &page);
-    if (!s.ok()) return c.Failed(s);
-    out.set_total_matching(page.total_matching());
-    for (auto& t : *page.mutable_tasks()) *out.add_tasks() = std::move(t);
-    if (page.next_page_token().empty() || (!all && out.tasks_size() >= limit)) {
-      out.set_next_page_token(page.next_page_token());
-      break;
+    grpc::Status s = c.stub().ListTasks(c.Context().get(), q.request, &page);
+    if (!s.ok()) return s;
+    out->set_total_matching(page.total_matching());
+    for (auto& t : *page.mutable_tasks()) *out->add_tasks() = std::move(t);
+    if (page.next_page_token().empty() || (!q.all && out->tasks_size() >= q.limit)) {
+      out->set_next_page_token(page.next_page_token());
+      return grpc::Status::OK;
     }
-    req.set_page_token(page.next_page_token());
+    q.request.set_page_token(page.next_page_token());
   }
+}
+
+int CmdTasks(Client& c, const Options& o, CommandArgs& a) {
+  TasksQuery q;
+  if (const int rc = ParseTasksQuery(a, &q); rc >= 0) return rc;
+  v1::ListTasksResponse out;
+  if (grpc::Status s = FetchTasks(c, q, &out); !s.ok()) return c.Failed(s);
   if (o.format == Format::kJson) {
     std::cout << ToJson(out, true);
     return kExitOk;
@@ -439,6 +460,207 @@ int CmdTop(Client& c, const Options& o, CommandArgs& a) {
   return kExitOk;
 }
 
+// --- several targets ---------------------------------------------------------
+
+// One target of a command across several: its client, connected or not.
+struct Reached {
+  std::string target;
+  Options options;  // The client refers to it.
+  std::unique_ptr<Client> client;
+  bool connected = false;
+};
+
+std::vector<std::unique_ptr<Reached>> ReachAll(const Options& opts) {
+  std::vector<std::unique_ptr<Reached>> all;
+  for (const std::string& target : opts.targets) {
+    auto r = std::make_unique<Reached>();
+    r->target = target;
+    r->options = opts;
+    r->options.target = target;
+    r->options.targets = {target};
+    r->client = std::make_unique<Client>(r->options);
+    r->connected = r->client->Connect() == kExitOk;  // Says why on stderr.
+    all.push_back(std::move(r));
+  }
+  return all;
+}
+
+// 0 when every target answered, 1 when none did, 4 when some did not.
+int ManyExit(std::size_t failed, std::size_t total) {
+  if (failed == 0) return kExitOk;
+  return failed == total ? kExitFailed : kExitSomeFailed;
+}
+
+// `text` as a JSON string literal.
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20) {
+      out += absl::StrFormat("\\u%04x", ch);
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+// A response as one JSON line under its target.
+void PrintJsonLine(const std::string& target, const google::protobuf::Message& response) {
+  std::cout << "{\"target\":" << JsonString(target)
+            << ",\"response\":" << ToJson(response, false) << "}\n";
+}
+
+// info, workers, loops, tasks and health across several targets: one
+// table with a TARGET column (or a JSON line per target); a target that
+// does not answer is said on stderr and left out.
+int RunMany(const Options& opts, const std::string& cmd, CommandArgs& a) {
+  TasksQuery query;
+  if (cmd == "tasks" || cmd == "ps") {
+    if (const int rc = ParseTasksQuery(a, &query); rc >= 0) return rc;
+  } else if (!a.Done()) {
+    return kExitUsage;
+  }
+  const bool wide = opts.format == Format::kWide;
+  const bool json = opts.format == Format::kJson;
+  std::optional<Table> merged;
+  auto add = [&](const std::string& target, const Table& table) {
+    if (!merged) merged = Table::Labeled("TARGET", table);
+    merged->AddRowsOf(target, table);
+  };
+  std::size_t failed = 0;
+  auto reached = ReachAll(opts);
+  for (auto& r : reached) {
+    if (!r->connected) {
+      ++failed;
+      continue;
+    }
+    Client& c = *r->client;
+    grpc::Status s;
+    if (cmd == "info") {
+      v1::GetInfoResponse info;
+      s = c.stub().GetInfo(c.Context().get(), v1::GetInfoRequest(), &info);
+      if (s.ok() && json) PrintJsonLine(r->target, info);
+      if (s.ok() && !json) {
+        Table one = InfoSummaryTable();
+        AddInfoSummaryRow(info, one);
+        add(r->target, one);
+      }
+    } else if (cmd == "workers") {
+      v1::ListWorkersResponse workers;
+      s = c.stub().ListWorkers(c.Context().get(), v1::ListWorkersRequest(), &workers);
+      if (s.ok() && json) PrintJsonLine(r->target, workers);
+      if (s.ok() && !json) add(r->target, WorkersTable(workers, wide));
+    } else if (cmd == "loops") {
+      v1::ListLoopsResponse loops;
+      s = c.stub().ListLoops(c.Context().get(), v1::ListLoopsRequest(), &loops);
+      if (s.ok() && json) PrintJsonLine(r->target, loops);
+      if (s.ok() && !json) add(r->target, LoopsTable(loops, wide));
+    } else if (cmd == "tasks" || cmd == "ps") {
+      v1::ListTasksResponse tasks;
+      s = FetchTasks(c, query, &tasks);
+      if (s.ok() && json) PrintJsonLine(r->target, tasks);
+      if (s.ok() && !json) add(r->target, TasksTable(tasks, wide));
+    } else {  // health
+      auto stub = grpc::health::v1::Health::NewStub(c.channel());
+      grpc::health::v1::HealthCheckResponse health;
+      s = stub->Check(c.Context().get(), grpc::health::v1::HealthCheckRequest(), &health);
+      if (s.ok() && json) PrintJsonLine(r->target, health);
+      if (s.ok() && !json) {
+        Table one({"STATUS"});
+        one.AddRow({grpc::health::v1::HealthCheckResponse::ServingStatus_Name(health.status())});
+        add(r->target, one);
+      }
+      // As with one target: only SERVING is a success.
+      if (s.ok() && health.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+        ++failed;
+        continue;
+      }
+    }
+    if (!s.ok()) {
+      c.Failed(s);
+      ++failed;
+    }
+  }
+  if (merged) merged->Print(std::cout);
+  return ManyExit(failed, reached.size());
+}
+
+// top across several targets: a line per process, their workers in one
+// table and the busiest tasks of them all, each under its TARGET.
+int TopMany(const Options& opts, CommandArgs& a) {
+  double interval = 1, iterations = 0;
+  if (a.Number("--interval", &interval, 0.1, 3600) < 0) return kExitUsage;
+  if (a.Number("--iterations", &iterations, 0, 1e9) < 0 || !a.Done()) return kExitUsage;
+  auto reached = ReachAll(opts);
+  RawTerminal terminal;
+  std::size_t failed = 0;
+  for (long n = 0; iterations == 0 || n < iterations; ++n) {
+    std::optional<Table> processes, workers, tasks;
+    std::vector<std::pair<std::string, v1::TaskInfo>> busiest;
+    std::vector<std::string> unreachable;
+    for (auto& r : reached) {
+      if (!r->connected) {
+        unreachable.push_back(r->target);
+        continue;
+      }
+      Client& c = *r->client;
+      v1::GetInfoResponse info;
+      v1::ListWorkersResponse listed;
+      v1::ListTasksRequest req;
+      req.set_page_size(2000);
+      v1::ListTasksResponse page;
+      grpc::Status s = c.stub().GetInfo(c.Context().get(), v1::GetInfoRequest(), &info);
+      if (s.ok()) s = c.stub().ListWorkers(c.Context().get(), v1::ListWorkersRequest(), &listed);
+      if (s.ok()) s = c.stub().ListTasks(c.Context().get(), req, &page);
+      if (!s.ok()) {
+        unreachable.push_back(r->target + " (" + s.error_message() + ")");
+        continue;
+      }
+      Table one = InfoSummaryTable();
+      AddInfoSummaryRow(info, one);
+      if (!processes) processes = Table::Labeled("TARGET", one);
+      processes->AddRowsOf(r->target, one);
+      Table w = WorkersTable(listed, false);
+      if (!workers) workers = Table::Labeled("TARGET", w);
+      workers->AddRowsOf(r->target, w);
+      for (const v1::TaskInfo& t : page.tasks()) busiest.emplace_back(r->target, t);
+    }
+    std::sort(busiest.begin(), busiest.end(), [](const auto& x, const auto& y) {
+      return x.second.busy_ns() > y.second.busy_ns();
+    });
+    if (busiest.size() > 15) busiest.resize(15);
+    std::cout << "\x1b[H\x1b[2J";  // Home and clear, as with one target.
+    std::cout << absl::StrFormat("mtctl top - %d targets - q quits\n\n", reached.size());
+    if (processes) processes->Print(std::cout);
+    for (const std::string& u : unreachable) {
+      std::cout << "unreachable: " << Escape(u) << "\n";
+    }
+    if (workers) {
+      std::cout << "\n";
+      workers->Print(std::cout);
+    }
+    if (!busiest.empty()) {
+      std::cout << "\nbusiest tasks:\n";
+      std::optional<Table> table;
+      for (const auto& [target, task] : busiest) {
+        v1::ListTasksResponse one;
+        *one.add_tasks() = task;
+        Table t = TasksTable(one, false);
+        if (!table) table = Table::Labeled("TARGET", t);
+        table->AddRowsOf(target, t);
+      }
+      table->Print(std::cout);
+    }
+    std::cout << std::flush;
+    failed = unreachable.size();
+    if (terminal.WaitForQuit(static_cast<int>(interval * 1000))) break;
+  }
+  return ManyExit(failed, reached.size());
+}
+
 }  // namespace
 
 int Run(const Options& opts) {
@@ -453,6 +675,15 @@ int Run(const Options& opts) {
   }
   CommandArgs a(opts.args, 1);
   if (cmd == "list") return a.Done() ? CmdList(opts) : kExitUsage;
+  if (opts.targets.size() > 1) {
+    static const char* const kAcrossTargets[] = {"info", "workers", "loops", "tasks",
+                                                 "ps",   "health",  "top"};
+    if (std::find(std::begin(kAcrossTargets), std::end(kAcrossTargets), cmd) ==
+        std::end(kAcrossTargets)) {
+      return UsageError(cmd + " works on one target at a time; give one --target");
+    }
+    return cmd == "top" ? TopMany(opts, a) : RunMany(opts, cmd, a);
+  }
   Client c(opts);
   if (const int rc = c.Connect(); rc != kExitOk) return rc;
   if (cmd == "info") return a.Done() ? CmdInfo(c, opts) : kExitUsage;

@@ -166,6 +166,19 @@ void RenderInfo(const v1::GetInfoResponse& info, std::ostream& out) {
 
 void RenderWorkers(const v1::ListWorkersResponse& r, bool wide,
                    std::ostream& out) {
+  WorkersTable(r, wide).Print(out);
+  const v1::BlockingPoolInfo& b = r.blocking();
+  out << absl::StrFormat("\nworkers: %d target, %d live; injector: %d queued\n",
+                         r.target_workers(), r.live_workers(),
+                         r.injector_depth());
+  out << absl::StrFormat(
+      "blocking: %d/%d threads, %d idle, %d running, %d queued, idle ttl %s, "
+      "%d completed\n",
+      b.threads(), b.max_threads(), b.idle(), b.running(), b.queued(),
+      Duration(b.idle_ttl_seconds()), b.completed());
+}
+
+Table WorkersTable(const v1::ListWorkersResponse& r, bool wide) {
   std::vector<std::string> header = {"IDX",   "TID",   "STATE",
                                      "UNITS", "BUSY",  "STEALS",
                                      "PARKS", "QUEUE", "LIFO"};
@@ -211,19 +224,14 @@ void RenderWorkers(const v1::ListWorkersResponse& r, bool wide,
     row.push_back(running);
     table.AddRow(std::move(row));
   }
-  table.Print(out);
-  const v1::BlockingPoolInfo& b = r.blocking();
-  out << absl::StrFormat("\nworkers: %d target, %d live; injector: %d queued\n",
-                         r.target_workers(), r.live_workers(),
-                         r.injector_depth());
-  out << absl::StrFormat(
-      "blocking: %d/%d threads, %d idle, %d running, %d queued, idle ttl %s, "
-      "%d completed\n",
-      b.threads(), b.max_threads(), b.idle(), b.running(), b.queued(),
-      Duration(b.idle_ttl_seconds()), b.completed());
+  return table;
 }
 
 void RenderLoops(const v1::ListLoopsResponse& r, bool wide, std::ostream& out) {
+  LoopsTable(r, wide).Print(out);
+}
+
+Table LoopsTable(const v1::ListLoopsResponse& r, bool wide) {
   std::vector<std::string> header = {"ID",    "STATE",   "TASKS",   "RUNNING",
                                      "READY", "WAITING", "CREATED", "DEFERRED",
                                      "SLOW",  "DEBUG",   "THREAD"};
@@ -249,13 +257,33 @@ void RenderLoops(const v1::ListLoopsResponse& r, bool wide, std::ostream& out) {
     if (wide) row.push_back(l.type());
     table.AddRow(std::move(row));
   }
-  table.Print(out);
+  return table;
+}
+
+Table TasksTable(const v1::ListTasksResponse& r, bool wide) {
+  Table table = TaskTable(wide);
+  for (const v1::TaskInfo& t : r.tasks()) AddTaskRow(table, t, wide);
+  return table;
+}
+
+Table InfoSummaryTable() {
+  return Table({"PID", "STATE", "WORKERS", "LIVE", "UNITS", "UPTIME", "HEALTH", "VERSION",
+                "PYTHON"},
+               {true, false, true, true, true, true, false, false, false});
+}
+
+void AddInfoSummaryRow(const v1::GetInfoResponse& info, Table& table) {
+  const v1::RuntimeInfo& rt = info.runtime();
+  table.AddRow({Num(info.pid()), StateName(rt.state()), Num(rt.config().worker_threads()),
+                Num(rt.live_workers()), Count(rt.tasks_in_flight()),
+                Duration(rt.uptime_seconds()),
+                info.control().draining() ? "draining" : "serving",
+                info.mt_asyncio_version(),
+                info.interpreter().version() + (info.interpreter().free_threaded() ? "t" : "")});
 }
 
 void RenderTasks(const v1::ListTasksResponse& r, bool wide, std::ostream& out) {
-  Table table = TaskTable(wide);
-  for (const v1::TaskInfo& t : r.tasks()) AddTaskRow(table, t, wide);
-  table.Print(out);
+  TasksTable(r, wide).Print(out);
   if (static_cast<std::uint64_t>(r.tasks_size()) < r.total_matching()) {
     out << absl::StrFormat(
         "\n%d of %d tasks shown (--limit N or --all for more)\n",

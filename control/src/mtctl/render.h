@@ -38,6 +38,16 @@ void RenderWorkers(const v1::ListWorkersResponse& r, bool wide,
                    std::ostream& out);
 // `mtctl loops`.
 void RenderLoops(const v1::ListLoopsResponse& r, bool wide, std::ostream& out);
+
+// The tables inside the renderings above, for mtctl across several
+// targets (Table::Labeled puts them under a TARGET column).
+Table WorkersTable(const v1::ListWorkersResponse& r, bool wide);
+Table LoopsTable(const v1::ListLoopsResponse& r, bool wide);
+Table TasksTable(const v1::ListTasksResponse& r, bool wide);
+// One row per process: pid, state, workers, units in flight, uptime,
+// health, versions.
+Table InfoSummaryTable();
+void AddInfoSummaryRow(const v1::GetInfoResponse& info, Table& table);
 // `mtctl tasks`: the table, and how many matched when not all are shown.
 void RenderTasks(const v1::ListTasksResponse& r, bool wide, std::ostream& out);
 // `mtctl task ID`: the task, its stack and its await graph.
