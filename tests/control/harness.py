@@ -272,11 +272,16 @@ class Watchman:
         weighs as little as it can), measures, and returns the figures.
 
         A window whose tick rate falls below `retry_below` of the baseline
-        is reported and the attack runs once more, judged on the second
-        window: on a shared 2-vCPU VM the host can take that much from one
-        window of a few seconds. Two misses in a row are the service's."""
+        is reported and the attack runs again, up to three windows, judged
+        on the last: on a shared 2-vCPU VM the host can take that much from
+        a window of a few seconds (CI saw two such windows in a row at 89%
+        while a build ran beside it). Three misses in a row are the
+        service's: an attack that costs the service its ticks costs them
+        in every window."""
         figures = self._attack_once(name, run)
-        if figures["ratio"] < retry_below:
+        for _ in range(2):
+            if figures["ratio"] >= retry_below:
+                break
             print(f"{name}: below {retry_below:.0%} of the baseline; once more",
                   flush=True)
             self.results.remove(figures)
