@@ -274,8 +274,8 @@ class Watchman:
         A window whose tick rate falls below `retry_below` of the baseline
         is reported and the attack runs again, up to three windows, judged
         on the last: on a shared 2-vCPU VM the host can take that much from
-        a window of a few seconds (CI saw two such windows in a row at 89%
-        while a build ran beside it). Three misses in a row are the
+        a window of a few seconds (two such windows in a row, at 89%, were
+        seen while a build ran beside the suite). Three misses in a row are the
         service's: an attack that costs the service its ticks costs them
         in every window."""
         figures = self._attack_once(name, run)
