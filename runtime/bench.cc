@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "runtime/metrics/cycle_clock.h"
+#include "runtime/metrics/histogram.h"
 #include "runtime/runtime.h"
 #include "runtime/scheduler/injector.h"
 #include "runtime/scheduler/local_queue.h"
@@ -295,6 +297,22 @@ BENCHMARK(BM_CrossThreadWake_WorkersDrive)->Iterations(2000)->UseRealTime();
 BENCHMARK(BM_CrossThreadWake_DedicatedReactor)->Iterations(2000)->UseRealTime();
 
 // --- timers -------------------------------------------------------------------
+
+// What the task step histograms add to every step: RecordTaskStep with
+// its two cycles-to-ns conversions, and the time-stamp read at the wake
+// that queued the task.
+void BM_StepHistogramsPerStep(benchmark::State& state) {
+  metrics::CycleClock::Anchor();
+  std::uint64_t cycles = 1000;
+  for (auto _ : state) {
+    const std::uint64_t queued = metrics::CycleClock::Now();
+    benchmark::DoNotOptimize(queued);
+    metrics::RecordTaskStep(metrics::CycleClock::ToNsFast(cycles),
+                            metrics::CycleClock::ToNsFast(cycles * 3));
+    cycles = cycles * 1103515245 % 100'000'000 + 1;  // Spread over the buckets.
+  }
+}
+BENCHMARK(BM_StepHistogramsPerStep);
 
 void BM_TimerInsertCancel(benchmark::State& state) {
   time::TimerDriver timers([] {});

@@ -15,7 +15,9 @@ then, with the other build in bazel-bin (or copied the same way):
 Every cell is a fresh process that imports one build's mt_asyncio and
 runs the workload once to warm up and once timed; the two builds
 alternate which goes first in each round, so drift on a shared machine
-lands on both. Prints a Markdown row per workload and worker count:
+lands on both. ``--after-scrape HZ`` scrapes the after cells' metrics
+endpoint HZ times a second (give one build twice to measure the scrape).
+Prints a Markdown row per workload and worker count:
 medians (seconds), their ratio, each build's range, and the median share
 of the timed run's wall time each build's workers spent busy (the
 runtime's per-worker counters, summed over the workers: 2.00 is two
@@ -31,20 +33,38 @@ import sys
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
-# The bench's own cell (one warm-up, one timed run) on one build.
+# The bench's own cell (one warm-up, one timed run) on one build. With
+# `scrape` > 0 the process serves mt_asyncio.metrics and a thread of its
+# own fetches the page that many times a second throughout, as a
+# Prometheus server would (the fetch is a bare socket request: what is
+# measured is the serving side's cost).
 CHILD = r"""
-import json, sys
+import json, socket, sys, threading, time
 sys.path[:0] = [{build!r}, {bench!r}]
 import cell
+stop = threading.Event()
+scrapes = [0]
+if {scrape!r} > 0:
+    from mt_asyncio import metrics
+    server = metrics.serve(0)
+    def scraper():
+        while not stop.wait(1 / {scrape!r}):
+            with socket.create_connection((server.host, server.port), timeout=30) as s:
+                s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                while s.recv(65536):
+                    pass
+            scrapes[0] += 1
+    threading.Thread(target=scraper, daemon=True).start()
 result = cell.run_cell("mt_asyncio", {workload!r}, {threads}, {scale!r})
+stop.set()
 busy = sum(w["busy_ns"] / 1e9 / w["elapsed"] for w in result["workers"])
 print(json.dumps([result["time"], busy]))
 """
 
 
-def run_cell(build, workload, threads, scale):
+def run_cell(build, workload, threads, scale, scrape=0):
     code = CHILD.format(build=build, bench=BENCH_DIR, workload=workload,
-                        scale=scale, threads=threads)
+                        scale=scale, threads=threads, scrape=scrape)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, timeout=900)
     if out.returncode != 0:
@@ -59,6 +79,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--scale", type=float, default=0.5)
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--after-scrape", type=float, default=0, metavar="HZ",
+                        help="the after cells serve mt_asyncio.metrics and are scraped "
+                             "HZ times a second (--before and --after may be one build)")
     parser.add_argument("workloads", nargs="+")
     args = parser.parse_args()
     builds = {"before": os.path.abspath(args.before),
@@ -73,7 +96,9 @@ def main():
             for r in range(args.rounds):
                 order = ("before", "after") if r % 2 == 0 else ("after", "before")
                 for name in order:
-                    took, busy_share = run_cell(builds[name], workload, threads, args.scale)
+                    scrape = args.after_scrape if name == "after" else 0
+                    took, busy_share = run_cell(builds[name], workload, threads, args.scale,
+                                                scrape)
                     times[name].append(took)
                     busy[name].append(busy_share)
             b = statistics.median(times["before"])

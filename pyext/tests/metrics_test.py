@@ -51,6 +51,7 @@ FAMILIES = {
     "mt_asyncio_blocking_jobs_cancelled": "counter",
     "mt_asyncio_blocking_jobs_abandoned": "counter",
     "mt_asyncio_loops": "gauge",
+    "mt_asyncio_tasks_live": "gauge",
     "mt_asyncio_tasks": "gauge",
     "mt_asyncio_tasks_created": "counter",
     "mt_asyncio_slow_steps": "counter",
@@ -187,6 +188,26 @@ def test_a_scrape_of_a_busy_service_reads_values_that_move(server):
                    if s.labels["state"] == "waiting") for r in readings]
     assert max(waiting) >= 50
     assert sample(last["mt_asyncio_workers_live"], "mt_asyncio_workers_live") >= 2
+
+
+def test_a_busy_loop_is_not_walked_but_counted(server, monkeypatch):
+    """Past MAX_TASKS_WALKED live tasks a scrape gives the live count and
+    leaves the split by state out, rather than hold the registry."""
+    monkeypatch.setattr(metrics, "MAX_TASKS_WALKED", 10)
+
+    async def main():
+        ev = asyncio.Event()
+        tasks = [asyncio.create_task(ev.wait()) for _ in range(50)]
+        await asyncio.sleep(0.05)
+        page = families(metrics.render())
+        ev.set()
+        await asyncio.gather(*tasks)
+        return page
+
+    page = asyncio.run(main(), threads=2)
+    live = [s.value for s in page["mt_asyncio_tasks_live"].samples]
+    assert live and max(live) >= 50
+    assert page["mt_asyncio_tasks"].samples == []
 
 
 def test_unix_socket_and_unknown_paths():

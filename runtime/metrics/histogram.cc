@@ -57,8 +57,7 @@ int ThreadSlot() {
   return lease.slot;
 }
 
-void DurationHistogram::Record(std::uint64_t ns) {
-  const int slot = ThreadSlot();
+void DurationHistogram::RecordFor(int slot, std::uint64_t ns) {
   Shard& shard = shards_[slot];
   const int bucket = BucketOf(ns);
   if (slot < kThreadSlots) {
@@ -83,15 +82,22 @@ DurationHistogram::Totals DurationHistogram::Read() const {
   return totals;
 }
 
-DurationHistogram& TaskStepDurations() {
-  static DurationHistogram* histogram =
-      new DurationHistogram();  // Never freed.
-  return *histogram;
-}
+namespace {
 
-DurationHistogram& TaskScheduleDelays() {
-  static DurationHistogram* histogram = new DurationHistogram();
-  return *histogram;
+// Constant-initialized: no guard on the path of every step.
+DurationHistogram task_step_durations;
+DurationHistogram task_schedule_delays;
+
+}  // namespace
+
+DurationHistogram& TaskStepDurations() { return task_step_durations; }
+
+DurationHistogram& TaskScheduleDelays() { return task_schedule_delays; }
+
+void RecordTaskStep(std::uint64_t delay_ns, std::uint64_t step_ns) {
+  const int slot = ThreadSlot();
+  task_schedule_delays.RecordFor(slot, delay_ns);
+  task_step_durations.RecordFor(slot, step_ns);
 }
 
 }  // namespace mt::runtime::metrics

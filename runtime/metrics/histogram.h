@@ -42,7 +42,9 @@ class DurationHistogram {
   };
 
   // Adds one observation of `ns`. Any thread.
-  void Record(std::uint64_t ns);
+  void Record(std::uint64_t ns) { RecordFor(ThreadSlot(), ns); }
+  // Record() for a caller that has its ThreadSlot() at hand.
+  void RecordFor(int slot, std::uint64_t ns);
   // Sums every shard. Any thread; `count` is the sum of `counts`, and a
   // Record racing the read may be in them and not yet in `sum_ns`.
   Totals Read() const;
@@ -61,6 +63,8 @@ class DurationHistogram {
 DurationHistogram& TaskStepDurations();
 // From the wake that queued a task to the start of the step it woke.
 DurationHistogram& TaskScheduleDelays();
+// One task step into both: its scheduling delay and its duration.
+void RecordTaskStep(std::uint64_t delay_ns, std::uint64_t step_ns);
 
 }  // namespace mt::runtime::metrics
 

@@ -59,12 +59,11 @@ bool TaskUnit::Poll() {
     using runtime::metrics::CycleClock;
     const std::uint64_t start = CycleClock::Now();
     const std::uint64_t queued = queued_cycles();
-    runtime::metrics::TaskScheduleDelays().Record(
-        start > queued ? CycleClock::ToNsFast(start - queued) : 0);
     done = StepTask(task_);
     const std::uint64_t cycles = CycleClock::Now() - start;
     CountStep(cycles);
-    runtime::metrics::TaskStepDurations().Record(CycleClock::ToNsFast(cycles));
+    runtime::metrics::RecordTaskStep(start > queued ? CycleClock::ToNsFast(start - queued) : 0,
+                                     CycleClock::ToNsFast(cycles));
     check.Done(task_);
   }
   if (!done) return false;
