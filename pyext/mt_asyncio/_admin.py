@@ -332,27 +332,19 @@ def _task_names(request):
     return {"names": names}
 
 
-def _get_metrics(request):
-    """The metrics page (mt_asyncio.metrics), with the control service's
-    counters that came with the request."""
-    from . import metrics  # Loaded on the first scrape.
-    openmetrics = bool(request.get("openmetrics", False))
-    control = request.get("control")
-    text = metrics.render(openmetrics=openmetrics,
-                          control=control if isinstance(control, dict) else None)
-    return {"text": text,
-            "content_type": (metrics.OPENMETRICS_CONTENT_TYPE if openmetrics
-                             else metrics.PROMETHEUS_CONTENT_TYPE)}
-
-
 _METHODS = {
     "ListLoops": _list_loops,
     "ListTasks": _list_tasks,
     "GetTask": _get_task,
     "CancelTask": _cancel_task,
     "TaskNames": _task_names,
-    "GetMetrics": _get_metrics,
 }
+
+
+def register_method(name, handler):
+    """Answer admin method `name` with handler(request dict) -> dict or
+    str: for modules above this one (mt_asyncio.metrics' GetMetrics)."""
+    _METHODS[name] = handler
 
 
 def _handle(method, request_json):

@@ -42,6 +42,7 @@ import threading
 import weakref
 
 from . import _core
+from . import metrics as _metrics  # noqa: F401 - answers the service's GetMetrics.
 
 __all__ = ["serve", "ControlServer", "default_socket_path", "LIMITS"]
 

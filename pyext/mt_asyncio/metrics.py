@@ -309,6 +309,19 @@ def render(*, openmetrics=True, control=None):
     return page.text()
 
 
+def _get_metrics(request):
+    """The control service's GetMetrics: the page, with the service's own
+    counters that came with the request."""
+    openmetrics = bool(request.get("openmetrics", False))
+    control = request.get("control")
+    text = render(openmetrics=openmetrics, control=control if isinstance(control, dict) else None)
+    return {"text": text,
+            "content_type": OPENMETRICS_CONTENT_TYPE if openmetrics else PROMETHEUS_CONTENT_TYPE}
+
+
+_admin.register_method("GetMetrics", _get_metrics)
+
+
 # --- the endpoint ----------------------------------------------------------------
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -11,6 +11,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -57,8 +58,12 @@ class Server:
         self.port = port
         self.marker = tempfile.mktemp(prefix="servers-", suffix=".marker")
         self.log = tempfile.TemporaryFile(mode="w+")
+        # HOME: gunicorn keeps a control socket there (the test's may be
+        # read-only).
+        self.home = tempfile.mkdtemp(prefix="servers-home-")
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
-                        SERVERS_MARKER=self.marker, MT_ASYNCIO_THREADS="4", **(env or {}))
+                        SERVERS_MARKER=self.marker, MT_ASYNCIO_THREADS="4", HOME=self.home,
+                        **(env or {}))
         self.proc = subprocess.Popen(argv, cwd=HERE, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -99,14 +104,24 @@ class Server:
             self.proc.wait(WAIT)
         if os.path.exists(self.marker):
             os.unlink(self.marker)
+        shutil.rmtree(self.home, ignore_errors=True)
         self.log.close()
 
 
 def exercise(server, processes=1):
-    """Readiness, then REQUESTS CPU requests from 8 client threads, each on
-    a connection of its own; returns (pid, thread) of each answer."""
+    """Readiness (of every serving process: one is answering before the
+    others have loaded the application), then REQUESTS CPU requests from 8
+    client threads, each on a connection of its own; returns (pid, thread)
+    of each answer."""
     info = server.wait_ready()
     assert info["loop"] == OUR_LOOP, (info, server.output())
+    pids = {info["pid"]}
+    deadline = time.monotonic() + WAIT
+    while len(pids) < processes:
+        assert time.monotonic() < deadline, f"only {pids} answered:\n{server.output()}"
+        answer = get(server.port, "/info")
+        assert answer["loop"] == OUR_LOOP, answer
+        pids.add(answer["pid"])
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda _: get(server.port, f"/cpu/{CPU}"), range(REQUESTS)))
     expected = sum(i * i for i in range(CPU))
