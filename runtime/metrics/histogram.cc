@@ -4,6 +4,8 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/metrics/worker_metrics.h"  // OwnerAdd
+
 namespace mt::runtime::metrics {
 namespace {
 
@@ -43,11 +45,6 @@ int BucketOf(std::uint64_t ns) {
   return i < DurationHistogram::kFiniteBuckets
              ? i
              : DurationHistogram::kFiniteBuckets;
-}
-
-void OwnerAdd(std::atomic<std::uint64_t>& counter, std::uint64_t n) {
-  counter.store(counter.load(std::memory_order_relaxed) + n,
-                std::memory_order_relaxed);
 }
 
 }  // namespace
