@@ -15,8 +15,6 @@
 #include <mutex>
 #include <string>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "control/src/admin_client.h"
 #include "control/src/control_server.h"
 #include "runtime/admin/admin_abi.h"
@@ -49,17 +47,10 @@ class NativeServer {
   // (mt_asyncio.metrics); "" when stopped or stopping (a stop in progress
   // is not waited for: it may wait for the caller).
   std::string ControlStatsJson() {
-    v1::ControlStats stats;
-    {
-      py::gil_scoped_release detached;
-      std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-      if (!lock.owns_lock() || !server_ || !server_->FillControlStats(&stats)) return "";
-    }
-    std::string json;
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    if (!google::protobuf::util::MessageToJsonString(stats, &json, options).ok()) return "";
-    return json;
+    py::gil_scoped_release detached;
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || !server_) return "";
+    return server_->ControlStatsJson();
   }
 
  private:

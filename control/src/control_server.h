@@ -107,12 +107,10 @@ class ControlServer {
   int health_port() const { return health_port_; }
   // Stops accepting; calls in progress get `grace_seconds`. Idempotent.
   void Stop(double grace_seconds);
-  // The service's counters (GetInfo's `control`); false once stopped.
-  // Not concurrently with Stop().
-  bool FillControlStats(v1::ControlStats* out) const {
-    if (service_ == nullptr) return false;
-    service_->FillControlStats(out);
-    return true;
+  // The service's counters as JSON (ControlService::ControlStatsJson);
+  // "" once stopped. Not concurrently with Stop().
+  std::string ControlStatsJson() const {
+    return service_ != nullptr ? service_->ControlStatsJson() : "";
   }
 
  private:

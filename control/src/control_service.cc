@@ -166,6 +166,16 @@ void ControlService::FillControlStats(v1::ControlStats* control) const {
   for (const auto& [method, count] : calls_) (*control->mutable_calls())[method] = count;
 }
 
+std::string ControlService::ControlStatsJson() const {
+  v1::ControlStats stats;
+  FillControlStats(&stats);
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(stats, &json, options).ok()) return "";
+  return json;
+}
+
 grpc::Status ControlService::GetInfo(grpc::ServerContext* context, const v1::GetInfoRequest*,
                                      v1::GetInfoResponse* response) {
   if (grpc::Status s = Authorize(*context, false, "GetInfo"); !s.ok()) return s;
@@ -183,12 +193,8 @@ grpc::Status ControlService::GetMetrics(grpc::ServerContext* context,
   if (grpc::Status s = Authorize(*context, false, "GetMetrics", &role); !s.ok()) return s;
   // The page is rendered in Python (mt_asyncio.metrics, which the HTTP
   // endpoint serves too); this service's counters travel with the call.
-  v1::ControlStats stats;
-  FillControlStats(&stats);
-  std::string stats_json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  if (!google::protobuf::util::MessageToJsonString(stats, &stats_json, options).ok()) {
+  const std::string stats_json = ControlStatsJson();
+  if (stats_json.empty()) {
     return grpc::Status(grpc::StatusCode::INTERNAL, "control stats could not be encoded");
   }
   const std::string body = std::string("{\"openmetrics\":") +

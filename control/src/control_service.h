@@ -92,8 +92,12 @@ class ControlService final : public v1::RuntimeControl::Service {
                           v1::GetMetricsResponse* response) override;
 
   int watchers() const { return watchers_.load(std::memory_order_relaxed); }
-  // What this service has seen (GetInfo's `control`, GetMetrics' page).
+  // What this service has seen (GetInfo's `control`).
   void FillControlStats(v1::ControlStats* control) const;
+  // The same as proto3 JSON with proto field names (GetMetrics sends it
+  // to the page's renderer; the process's own page asks for it), or ""
+  // if it could not be encoded.
+  std::string ControlStatsJson() const;
 
  private:
   void Audit(const grpc::ServerContext& context, const std::string& what) const;
