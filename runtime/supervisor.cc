@@ -124,6 +124,9 @@ void Runtime::SampleWorkers(std::vector<WorkerSample>& samples) {
           .worker_index = i,
           .task_id = id,
           .running_ns = static_cast<std::uint64_t>(now - s.first_seen_ns),
+          .units_run = units,
+          .thread_ident = m->pthread_id.load(std::memory_order_relaxed),
+          .os_thread_id = m->os_thread_id.load(std::memory_order_relaxed),
       });
     }
   }

@@ -18,6 +18,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr double kMaxWaitSeconds = 600;
+// Diagnose watches the tasks at most this long (one inspection turn).
+constexpr double kMaxSpinWindowSeconds = 5;
 
 grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
@@ -207,6 +209,24 @@ grpc::Status ControlService::GetMetrics(grpc::ServerContext* context,
     return s;
   }
   return status;
+}
+
+grpc::Status ControlService::Diagnose(grpc::ServerContext* context,
+                                      const v1::DiagnoseRequest* request,
+                                      v1::DiagnoseResponse* response) {
+  Role role = Role::kNone;
+  if (grpc::Status s = Authorize(*context, false, "Diagnose", &role); !s.ok()) return s;
+  const double window = request->spin_window_seconds();
+  if (!(window >= 0 && window <= kMaxSpinWindowSeconds)) {
+    return Invalid("spin_window_seconds must be from 0 to 5");
+  }
+  if (!(request->min_step_seconds() >= 0 && request->min_step_seconds() <= 86400)) {
+    return Invalid("min_step_seconds must be from 0 to 86400");
+  }
+  // One turn of inspection: the window is slept through (no CPU charged),
+  // and the other inspecting calls wait for it, which bounds how much of
+  // the process concurrent Diagnose calls can take.
+  return InspectCall(context, role, "Diagnose", *request, response);
 }
 
 grpc::Status ControlService::ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest*,

@@ -90,6 +90,8 @@ class ControlService final : public v1::RuntimeControl::Service {
 
   grpc::Status GetMetrics(grpc::ServerContext* context, const v1::GetMetricsRequest* request,
                           v1::GetMetricsResponse* response) override;
+  grpc::Status Diagnose(grpc::ServerContext* context, const v1::DiagnoseRequest* request,
+                        v1::DiagnoseResponse* response) override;
 
   int watchers() const { return watchers_.load(std::memory_order_relaxed); }
   // What this service has seen (GetInfo's `control`).

@@ -189,7 +189,7 @@ def _describe_waiter(waiter):
 
 
 def _task_info(task, loop_id, stats, detail=True):
-    task_id, state, steps, busy_ns, age, last_worker = stats
+    task_id, state, steps, busy_ns, age, last_worker, self_wakes = stats
     waiter = task._fut_waiter
     info = {
         "id": task_id,
@@ -203,6 +203,7 @@ def _task_info(task, loop_id, stats, detail=True):
         "busy_ns": busy_ns,
         "awaiting": _text(_describe_waiter(waiter)),
         "cancelling": task.cancelling(),
+        "self_wakes": self_wakes,
     }
     if detail:
         info["location"] = _text(_location(task))

@@ -70,6 +70,10 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
         self._set_core_debug(self._debug)
         self._default_executor = None
         self._executor_shutdown_called = False
+        # Futures of jobs on the blocking pool: the pool holds them from
+        # C++, where the diagnostics' walk up a future's referrers cannot
+        # see; through this set it sees that the loop holds them.
+        self._blocking_futures = weakref.WeakSet()
         self._asyncgens = weakref.WeakSet()
         self._asyncgens_lock = threading.Lock()
         self._asyncgens_shutdown_called = False
@@ -189,6 +193,7 @@ class EventLoop(_core.Loop, SocketMethods, ConnectionMethods,
                 # The runtime's blocking pool: threads on demand up to
                 # blocking_threadpool_size, retired after the idle TTL.
                 fut = self.create_future()
+                self._blocking_futures.add(fut)
                 self._run_blocking(fut, func, args)
                 return fut
         return futures.wrap_future(executor.submit(func, *args), loop=self)

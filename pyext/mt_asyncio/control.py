@@ -43,6 +43,7 @@ import weakref
 
 from . import _core
 from . import metrics as _metrics  # noqa: F401 - answers the service's GetMetrics.
+from . import diagnose as _diagnose  # noqa: F401 - answers the service's Diagnose.
 
 __all__ = ["serve", "ControlServer", "default_socket_path", "LIMITS"]
 

@@ -89,6 +89,11 @@ struct StallReport {
   std::size_t worker_index = 0;
   std::uint64_t task_id = 0;
   std::uint64_t running_ns = 0;
+  // The worker's units_run while the unit held it: the stall still goes on
+  // while the worker's counter reads the same.
+  std::uint64_t units_run = 0;
+  std::uint64_t thread_ident = 0;  // The worker thread's pthread_self().
+  std::int32_t os_thread_id = 0;   // Its Linux tid.
 };
 
 }  // namespace mt::runtime::admin

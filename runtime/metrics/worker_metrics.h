@@ -46,6 +46,9 @@ struct alignas(64) WorkerMetrics {
   std::atomic<bool> lifo_occupied{false};
   std::atomic<WorkerPhase> phase{WorkerPhase::kStarting};
   std::atomic<std::int32_t> os_thread_id{0};  // Linux tid; 0 before start.
+  // pthread_self() of the worker's thread: the ident Python keys its
+  // threads by (sys._current_frames()), for a stall's stack.
+  std::atomic<std::uint64_t> pthread_id{0};
 };
 
 // Adds to a counter only its owner thread writes: a plain load and store

@@ -501,6 +501,8 @@ void Scheduler::WorkerMain(std::size_t index) {
   current_worker = &worker;
   slot->metrics.os_thread_id.store(static_cast<std::int32_t>(gettid()),
                                    std::memory_order_relaxed);
+  slot->metrics.pthread_id.store(static_cast<std::uint64_t>(pthread_self()),
+                                 std::memory_order_relaxed);
   RunHook(hooks_.on_start, index);
   bool counted = true;  // In live_workers_.
   while (true) {

@@ -63,9 +63,15 @@ commands:
   health                       grpc.health.v1 status of the process
   metrics [--openmetrics]      the metrics page (Prometheus text format;
                                docs/metrics.md)
+  doctor [--window SECONDS] [--min-step SECONDS]
+                               what may be wrong with the tasks: lost
+                               wakeups, long steps (with their stack),
+                               spinning tasks, lock holders and waiters,
+                               deadlocks (docs/diagnostics.md)
   list                         this user's mt_asyncio processes on the machine
 
-exit status: 0 success, 1 the call failed, 2 bad usage, 3 not found; with
+exit status: 0 success, 1 the call failed, 2 bad usage, 3 not found, 5
+doctor found something; with
 several targets 0 when every target answered, 1 when none did, 4 when
 some did not (stderr names each one that failed).
 )";

@@ -16,6 +16,8 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitNotFound = 3;
 // Across several targets: some answered, some did not (stderr names them).
 inline constexpr int kExitSomeFailed = 4;
+// mtctl doctor: the call worked and found something wrong.
+inline constexpr int kExitFindings = 5;
 // Targets one command may ask at once.
 inline constexpr std::size_t kMaxTargets = 256;
 

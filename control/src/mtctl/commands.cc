@@ -255,6 +255,34 @@ int CmdMetrics(Client& c, const Options& o, CommandArgs& a) {
   return kExitOk;
 }
 
+// What may be wrong with the process's tasks (the Diagnose call). Exits
+// kExitFindings when it found something, so scripts and probes can act.
+int CmdDoctor(Client& c, const Options& o, CommandArgs& a) {
+  double window = 0;
+  double min_step = 0;
+  if (a.Number("--window", &window, 0, 5) < 0 || a.Number("--min-step", &min_step, 0, 86400) < 0 ||
+      !a.Done()) {
+    return kExitUsage;
+  }
+  v1::DiagnoseRequest req;
+  req.set_spin_window_seconds(window);
+  req.set_min_step_seconds(min_step);
+  v1::DiagnoseResponse r;
+  // The call watches the tasks for its window: the deadline leaves room.
+  auto context = c.Context(false);
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(
+                            static_cast<long long>((o.timeout_seconds + window) * 1000)));
+  grpc::Status s = c.stub().Diagnose(context.get(), req, &r);
+  if (!s.ok()) return c.Failed(s);
+  if (o.format == Format::kJson) {
+    std::cout << ToJson(r, true);
+  } else {
+    RenderDiagnosis(r, std::cout);
+  }
+  return r.findings_size() > 0 ? kExitFindings : kExitOk;
+}
+
 int CmdShutdown(Client& c, const Options& o, CommandArgs& a) {
   double grace = 0;
   if (a.Number("--grace", &grace, 0, 3600) < 0) return kExitUsage;
@@ -668,7 +696,7 @@ int Run(const Options& opts) {
   static const char* const kCommands[] = {
       "info",  "workers",  "loops",  "tasks", "ps",
       "task",  "cancel",   "scale",  "top",   "drain",
-      "watch", "shutdown", "health", "list",  "metrics"};
+      "watch", "shutdown", "health", "list",  "metrics", "doctor"};
   if (std::find(std::begin(kCommands), std::end(kCommands), cmd) ==
       std::end(kCommands)) {
     return UsageError("unknown command '" + cmd + "'");
@@ -698,6 +726,7 @@ int Run(const Options& opts) {
   if (cmd == "drain") return a.Done() ? CmdDrain(c, opts) : kExitUsage;
   if (cmd == "shutdown") return CmdShutdown(c, opts, a);
   if (cmd == "metrics") return CmdMetrics(c, opts, a);
+  if (cmd == "doctor") return CmdDoctor(c, opts, a);
   return a.Done() ? CmdHealth(c, opts) : kExitUsage;
 }
 

@@ -323,6 +323,69 @@ void RenderTask(const v1::GetTaskResponse& r, std::ostream& out) {
   out << absl::StrFormat("\nawait graph:\n%s\n", absl::StrJoin(graph, "\n"));
 }
 
+namespace {
+
+const char* FindingName(v1::FindingKind kind) {
+  switch (kind) {
+    case v1::FINDING_KIND_LOST_WAKEUP:
+      return "LOST WAKEUP";
+    case v1::FINDING_KIND_LONG_STEP:
+      return "LONG STEP";
+    case v1::FINDING_KIND_SPINNING:
+      return "SPINNING";
+    case v1::FINDING_KIND_DEADLOCK:
+      return "DEADLOCK";
+    default:
+      return "FINDING";
+  }
+}
+
+std::string TaskLabel(std::uint64_t id, const std::string& name) {
+  if (id == 0) return "-";
+  return name.empty() ? Num(id) : absl::StrFormat("%d %s", id, name);
+}
+
+}  // namespace
+
+void RenderDiagnosis(const v1::DiagnoseResponse& r, std::ostream& out) {
+  for (const v1::Finding& f : r.findings()) {
+    out << absl::StrFormat("%-12s %s\n", FindingName(f.kind()), Escape(f.summary()));
+    for (const v1::TaskInfo& t : f.tasks()) {
+      if (t.location().empty()) continue;
+      out << absl::StrFormat("  task %d %s at %s\n", t.id(), Escape(t.name()),
+                             Escape(t.location()));
+    }
+    if (f.stack_size() > 0) out << "  stack (innermost last):\n";
+    for (const v1::FrameInfo& frame : f.stack()) {
+      out << absl::StrFormat("    File \"%s\", line %d, in %s\n", Escape(frame.file()),
+                             frame.line(), Escape(frame.function()));
+    }
+    if (!f.stack_note().empty()) out << "  (" << Escape(f.stack_note()) << ")\n";
+  }
+  if (r.primitives_size() > 0) {
+    if (r.findings_size() > 0) out << "\n";
+    Table table({"PRIMITIVE", "HOLDER", "WAITERS", "REPR"});
+    for (const v1::PrimitiveInfo& p : r.primitives()) {
+      std::vector<std::string> waiters;
+      for (const v1::PrimitiveWaiter& w : p.waiters()) {
+        waiters.push_back(TaskLabel(w.task_id(), w.task_name()) + " (" + w.role() + ")");
+      }
+      // Table escapes every cell.
+      table.AddRow({p.kind(), TaskLabel(p.holder_task_id(), p.holder_task_name()),
+                    absl::StrJoin(waiters, ", "), p.repr()});
+    }
+    table.Print(out);
+  }
+  if (r.findings_size() > 0) out << "\n";
+  out << absl::StrFormat("%s in %d tasks (spin window %s; %d long steps recorded)\n",
+                         r.findings_size() == 0
+                             ? std::string("no problems found")
+                             : absl::StrFormat("%d finding%s", r.findings_size(),
+                                               r.findings_size() == 1 ? "" : "s"),
+                         r.tasks_examined(), Duration(r.spin_window_seconds()),
+                         r.long_steps_recorded());
+}
+
 void RenderTop(const v1::GetInfoResponse& info,
                const v1::ListWorkersResponse& workers,
                const v1::ListTasksResponse& tasks, std::ostream& out) {

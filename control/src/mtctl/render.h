@@ -52,6 +52,9 @@ void AddInfoSummaryRow(const v1::GetInfoResponse& info, Table& table);
 void RenderTasks(const v1::ListTasksResponse& r, bool wide, std::ostream& out);
 // `mtctl task ID`: the task, its stack and its await graph.
 void RenderTask(const v1::GetTaskResponse& r, std::ostream& out);
+// `mtctl doctor`: each finding (kind, summary, the stack of a long step or
+// lost wakeup), the primitives tasks wait on, and a closing count.
+void RenderDiagnosis(const v1::DiagnoseResponse& r, std::ostream& out);
 // `mtctl top`, one screen (without the clearing escape).
 void RenderTop(const v1::GetInfoResponse& info,
                const v1::ListWorkersResponse& workers,

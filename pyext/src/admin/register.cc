@@ -3,6 +3,8 @@
 #include <string>
 
 #include "pyext/src/admin/admin_service.h"
+#include "pyext/src/admin/stall_reports.h"
+#include "pyext/src/common/runtime_holder.h"
 #include "runtime/admin/admin_abi.h"
 #include "runtime/metrics/histogram.h"
 
@@ -93,6 +95,8 @@ PyMethodDef module_functions[] = {
 
 int RegisterAdminPackage(PyObject* module) {
   if (PyModule_AddFunctions(module, module_functions) < 0) return -1;
+  if (RegisterStallReports(module) < 0) return -1;
+  RuntimeHolder::SetStallSink(PushStallReport);
   // The control extension reaches the runtime only through this capsule:
   // a versioned table of C functions (runtime/admin/admin_abi.h).
   PyObject* abi = PyCapsule_New(const_cast<MtAdminAbi*>(AdminAbi()),

@@ -27,6 +27,7 @@ thread_local PyThreadState* parked_state = nullptr;
 thread_local PyGILState_STATE attach_token;
 
 std::atomic<RuntimeHolder::BeforeParkFn> before_park_fn{nullptr};
+std::atomic<RuntimeHolder::StallSinkFn> stall_sink_fn{nullptr};
 
 #if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030E0000
 // Free-threaded CPython frees an object whose last reference another
@@ -105,6 +106,10 @@ class OwnedRef {
 
 }  // namespace
 
+void RuntimeHolder::SetStallSink(StallSinkFn fn) {
+  stall_sink_fn.store(fn, std::memory_order_relaxed);
+}
+
 void RuntimeHolder::SetBeforePark(BeforeParkFn fn) {
   before_park_fn.store(fn, std::memory_order_relaxed);
 }
@@ -169,10 +174,15 @@ void RuntimeHolder::Start(runtime::Config config) {
                                             InterpreterHooks());
     runtime_ = rt;
   }
-  // Stalls are counted and shown in the admin snapshot; a line on stderr
-  // for every long step would be noise in CPU-heavy programs (asyncio too
-  // only warns about slow callbacks in debug mode).
-  rt->SetStallHandler(nullptr);
+  // Stalls are counted and shown in the admin snapshot, and queued for the
+  // diagnostics (mt_asyncio.diagnose); a line on stderr for every long
+  // step would be noise in CPU-heavy programs (asyncio too only warns
+  // about slow callbacks in debug mode).
+  if (StallSinkFn sink = stall_sink_fn.load(std::memory_order_relaxed)) {
+    rt->SetStallHandler(sink);
+  } else {
+    rt->SetStallHandler(nullptr);
+  }
   // The hook runs on the runtime's own shutdown, so the pointer is live;
   // the grace is that shutdown's (a control-plane Shutdown picks its own).
   runtime::Runtime* raw = rt.get();

@@ -54,6 +54,12 @@ class RuntimeHolder final : public runtime::admin::AdminApi {
   using BeforeParkFn = void (*)();
   static void SetBeforePark(BeforeParkFn fn);
 
+  // Where the stall detector's reports go (on the supervisor thread, which
+  // must not touch the interpreter). Set once at module init; nullptr: the
+  // stalls are only counted.
+  using StallSinkFn = void (*)(const runtime::admin::StallReport&);
+  static void SetStallSink(StallSinkFn fn);
+
   // In a child made by fork(): forgets the parent's runtime (its threads
   // did not come along), so the child's loops start their own.
   void AfterForkInChild();

@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "pyext/src/common/current_task.h"
 #include "pyext/src/common/py_ref.h"
 #include "pyext/src/common/runtime_holder.h"
 #include "pyext/src/future/future.h"
@@ -458,11 +459,11 @@ PyObject* Task_mt_stats(PyObject* self, PyObject*) {
   const double age_s =
       now > s.created_cycles ? runtime::metrics::CycleClock::ToNs(now - s.created_cycles) / 1e9
                              : 0.0;
-  return Py_BuildValue("(KsKKdi)", static_cast<unsigned long long>(t->unit->id()), state,
+  return Py_BuildValue("(KsKKdiK)", static_cast<unsigned long long>(t->unit->id()), state,
                        static_cast<unsigned long long>(s.steps),
                        static_cast<unsigned long long>(
                            runtime::metrics::CycleClock::ToNs(s.busy_cycles)),
-                       age_s, s.last_worker);
+                       age_s, s.last_worker, static_cast<unsigned long long>(s.self_wakes));
 }
 
 PyMethodDef task_methods[] = {
@@ -488,7 +489,7 @@ PyMethodDef task_methods[] = {
      "set_exception($self, exception, /)\n--\n\nNot allowed on a Task (RuntimeError)."},
     {"_wakeup", Task_wakeup, METH_O, "Done callback for foreign futures."},
     {"_mt_stats", Task_mt_stats, METH_NOARGS,
-     "(id, state, steps, busy_ns, age_seconds, last_worker) for the control "
+     "(id, state, steps, busy_ns, age_seconds, last_worker, self_wakes) for the control "
      "plane; state is 'running', 'ready', 'waiting' or 'done'."},
     {"_while_not_stepped",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Task_while_not_stepped)),
@@ -592,6 +593,10 @@ int RegisterTaskType(PyObject* module) {
   hooks.wake_task = WakeTask;
   SetFutureHooks(hooks);
   rt_task::State::SetInspectionWait(WaitOutInspection);
+  SetCurrentTaskIdSource([]() -> std::uint64_t {
+    runtime::task::Task* unit = CurrentTaskUnit();
+    return unit != nullptr ? unit->id() : 0;
+  });
   if (PyModule_AddFunctions(module, module_functions) < 0) return -1;
   return PyModule_AddObjectRef(module, "Task", reinterpret_cast<PyObject*>(task_type));
 }

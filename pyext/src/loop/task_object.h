@@ -100,14 +100,21 @@ class TaskUnit final : public rt_task::Task {
   // atomics as plain loads and stores, no read-modify-write.
   struct Stats {
     std::uint64_t steps;
+    std::uint64_t self_wakes;  // Steps that ended in a bare yield (sleep(0)).
     std::uint64_t busy_cycles;
     std::uint64_t created_cycles;
     int last_worker;
   };
   Stats stats() const {
-    return {steps_.load(std::memory_order_relaxed),
+    return {steps_.load(std::memory_order_relaxed), self_wakes_.load(std::memory_order_relaxed),
             busy_cycles_.load(std::memory_order_relaxed), created_cycles_,
             last_worker_.load(std::memory_order_relaxed)};
+  }
+  // The step in progress ends in a bare yield: the task wakes itself. By
+  // the stepping worker only, like the other counters.
+  void CountSelfWake() {
+    self_wakes_.store(self_wakes_.load(std::memory_order_relaxed) + 1,
+                      std::memory_order_relaxed);
   }
 
  private:
@@ -123,6 +130,7 @@ class TaskUnit final : public rt_task::Task {
   const bool shared_ref_;  // How task_ was taken (NewSharedRef or Py_NewRef).
   const std::uint64_t created_cycles_;
   std::atomic<std::uint64_t> steps_{0};
+  std::atomic<std::uint64_t> self_wakes_{0};
   std::atomic<std::uint64_t> busy_cycles_{0};
   std::atomic<int> last_worker_{-1};
 };

@@ -134,6 +134,7 @@ void HandleYield(PyObject* self, PyObject* result) {
   const bool awaited = FutureTakeAwaitMarker(result);
   if (result == Py_None) {
     // A bare yield (sleep(0)): let others run, then continue.
+    t->unit->CountSelfWake();
     t->unit->Wake(rt_task::ScheduleKind::kYield);
     return;
   }

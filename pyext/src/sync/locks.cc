@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "pyext/src/common/current_task.h"
 #include "pyext/src/future/future.h"
 #include "pyext/src/sync/waiters.h"
 
@@ -19,6 +20,10 @@ PyTypeObject* event_type = nullptr;
 struct LockObject {
   PrimitiveObject base;
   bool locked;
+  // The task that took it (CurrentTaskId; 0: taken outside a task), for
+  // the diagnostics' holders and wait-for cycles. asyncio's Lock has no
+  // owner: any task may release it, and that stays so.
+  std::uint64_t owner_task;
 };
 
 struct SemaphoreObject {
@@ -44,6 +49,7 @@ int LockTryLocked(AwaiterObject* aw, AfterUnlock&) {
   LockObject* lock = AsLock(aw->owner);
   if (lock->locked || !lock->base.waiters->AllCancelled()) return 0;
   lock->locked = true;
+  lock->owner_task = CurrentTaskId();
   return 1;
 }
 
@@ -117,6 +123,7 @@ int LockWoken(AwaiterObject* aw) {
   PyMutexGuard g(lock->base.mu, PyMutexGuard::kReentrant);
   lock->base.waiters->Remove(aw->fut);
   lock->locked = true;
+  lock->owner_task = CurrentTaskId();
   return 1;
 }
 
@@ -219,6 +226,7 @@ PyObject* Lock_release(PyObject* self, PyObject*) {
     PyMutexGuard g(lock->base.mu, PyMutexGuard::kReentrant);
     was_locked = lock->locked;
     lock->locked = false;
+    lock->owner_task = 0;
   }
   if (!was_locked) {  // Raised after unlocking: making the error allocates.
     PyErr_SetString(PyExc_RuntimeError, "Lock is not acquired.");
@@ -240,6 +248,18 @@ PyObject* Lock_locked(PyObject* self, PyObject*) {
 
 PyObject* Lock_get_locked(PyObject* self, void*) { return Lock_locked(self, nullptr); }
 
+// _owner_task: the id of the task holding the lock (0: free, or taken
+// outside a task).
+PyObject* Lock_get_owner_task(PyObject* self, void*) {
+  LockObject* lock = AsLock(self);
+  std::uint64_t owner;
+  {
+    PyMutexGuard g(lock->base.mu, PyMutexGuard::kReentrant);
+    owner = lock->locked ? lock->owner_task : 0;
+  }
+  return PyLong_FromUnsignedLongLong(owner);
+}
+
 PyMethodDef lock_methods[] = {
     {"acquire", Lock_acquire, METH_NOARGS,
      "acquire($self, /)\n--\n\nAcquire the lock (an awaitable): waits in FIFO order; returns True."},
@@ -254,6 +274,7 @@ PyMethodDef lock_methods[] = {
 
 PyGetSetDef lock_getset[] = {
     {"_locked", Lock_get_locked, nullptr, nullptr, nullptr},
+    {"_owner_task", Lock_get_owner_task, nullptr, nullptr, nullptr},
     {"_waiters", PrimitiveWaiters, nullptr, nullptr, nullptr},
     {"_loop", PrimitiveGetLoop, PrimitiveSetLoop, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
