@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -160,6 +161,35 @@ TEST_F(ControlServiceTest, CoreErrorsBecomeTheirStatusCodes) {
   ASSERT_FALSE(audit_.empty());
   EXPECT_NE(audit_[0].find("uid="), std::string::npos) << audit_[0];
   EXPECT_NE(audit_[0].find("ResizeWorkers target=99"), std::string::npos) << audit_[0];
+}
+
+TEST_F(ControlServiceTest, DiagnoseBoundsItsWindowBeforeTheCoreIsAsked) {
+  Serve();
+  core_.answer = [](const std::string&, const std::string&) {
+    return std::make_pair(0, std::string(
+                                 "{\"findings\":[{\"kind\":\"FINDING_KIND_LOST_WAKEUP\","
+                                 "\"summary\":\"task 3 waits\"}],\"tasks_examined\":4}"));
+  };
+  v1::DiagnoseRequest req;
+  v1::DiagnoseResponse r;
+  for (double bad : {-1.0, 5.5, std::numeric_limits<double>::quiet_NaN()}) {
+    req.set_spin_window_seconds(bad);
+    EXPECT_EQ(stub_->Diagnose(Context().get(), req, &r).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT)
+        << bad;
+  }
+  EXPECT_EQ(core_.last_request.count("Diagnose"), 0u);
+  req.set_spin_window_seconds(0.5);
+  req.set_min_step_seconds(-1);
+  EXPECT_EQ(stub_->Diagnose(Context().get(), req, &r).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  req.set_min_step_seconds(0.2);
+  ASSERT_TRUE(stub_->Diagnose(Context().get(), req, &r).ok());
+  EXPECT_EQ(core_.last_request["Diagnose"],
+            "{\"spin_window_seconds\":0.5,\"min_step_seconds\":0.2}");
+  ASSERT_EQ(r.findings_size(), 1);
+  EXPECT_EQ(r.findings(0).kind(), v1::FINDING_KIND_LOST_WAKEUP);
+  EXPECT_EQ(r.tasks_examined(), 4u);
 }
 
 TEST_F(ControlServiceTest, WatchValidatesAndBoundsItsStreams) {

@@ -97,6 +97,49 @@ TEST(RenderTest, TaskNamesCannotDriveTheTerminal) {
   EXPECT_TRUE(Has(text, "\\x1b[2J')\nsecond line\n")) << text;
 }
 
+TEST(RenderTest, DiagnosisListsFindingsStacksAndPrimitives) {
+  v1::DiagnoseResponse r;
+  r.set_tasks_examined(9);
+  r.set_spin_window_seconds(0.2);
+  r.set_long_steps_recorded(1);
+  v1::Finding* step = r.add_findings();
+  step->set_kind(v1::FINDING_KIND_LONG_STEP);
+  step->set_summary("task 4 'slow\x1b[2J' held worker 1 for at least 150 ms in one step");
+  v1::FrameInfo* f = step->add_stack();
+  f->set_file("/srv/app.py");
+  f->set_line(30);
+  f->set_function("crunch");
+  v1::Finding* lost = r.add_findings();
+  lost->set_kind(v1::FINDING_KIND_LOST_WAKEUP);
+  lost->set_summary("task 5 'lost' waits on Future pending that nothing else references");
+  *lost->add_tasks() = SampleTask(5, "lost", 0);
+  lost->mutable_tasks(0)->set_location("/srv/app.py:12");
+  v1::PrimitiveInfo* lock = r.add_primitives();
+  lock->set_kind("Lock");
+  lock->set_repr("<Lock [locked, waiters:1]>");
+  lock->set_holder_task_id(6);
+  lock->set_holder_task_name("holder");
+  v1::PrimitiveWaiter* w = lock->add_waiters();
+  w->set_task_id(7);
+  w->set_task_name("waiter");
+  w->set_role("acquire");
+  std::ostringstream out;
+  RenderDiagnosis(r, out);
+  const std::string text = out.str();
+  EXPECT_FALSE(Has(text, "\x1b")) << text;
+  EXPECT_TRUE(Has(text, "LONG STEP    task 4 'slow\\x1b[2J' held worker 1")) << text;
+  EXPECT_TRUE(Has(text, "    File \"/srv/app.py\", line 30, in crunch\n")) << text;
+  EXPECT_TRUE(Has(text, "LOST WAKEUP  task 5 'lost' waits")) << text;
+  EXPECT_TRUE(Has(text, "  task 5 lost at /srv/app.py:12\n")) << text;
+  EXPECT_TRUE(Has(text, "6 holder")) << text;
+  EXPECT_TRUE(Has(text, "7 waiter (acquire)")) << text;
+  EXPECT_TRUE(Has(text, "2 findings in 9 tasks")) << text;
+
+  std::ostringstream healthy;
+  RenderDiagnosis(v1::DiagnoseResponse(), healthy);
+  EXPECT_TRUE(Has(healthy.str(), "no problems found in 0 tasks")) << healthy.str();
+}
+
 TEST(RenderTest, TasksSaysWhenNotAllAreShown) {
   v1::ListTasksResponse r;
   *r.add_tasks() = SampleTask(1, "a", 0);
