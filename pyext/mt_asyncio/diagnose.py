@@ -57,6 +57,7 @@ MAX_SPIN_WINDOW = 5.0
 SPIN_MIN_RATE = 100.0      # Self-wakes a second.
 SPIN_MIN_SHARE = 0.9       # Of the task's steps in the window.
 REFERRER_DEPTH = 4
+MAX_WALKED = 500           # Futures walked up per call (see _next_window).
 MAX_FINDINGS = 200
 
 # --- long steps ---------------------------------------------------------------
@@ -462,8 +463,15 @@ def _diagnose(request):
     # What each waiting task waits on.
     waits = _waits_on_futures(before, after)
     del before
-    lost, primitive_of = _walk_up(waits, (after, *after.values()))
     task_of = {fid: _mt_id(pair[0]) for fid, pair in waits.items()}
+    walked = _next_window(waits, task_of)
+    lost, primitive_of = _walk_up(walked, (after, *after.values(), waits))
+    # Our primitives' awaiters name what they wait on: every wait gets its
+    # primitive, walked or not.
+    for fid, (task, _) in waits.items():
+        primitive = _chain_primitive(task)
+        if primitive is not None:
+            primitive_of[fid] = primitive
     for fid, primitive in primitive_of.items():
         waits_on[task_of[fid]] = _admin._text(
             f"{_primitive_kind(primitive)} {_admin._text(repr(primitive), 200)}")
@@ -530,6 +538,8 @@ def _diagnose(request):
         "long_steps_recorded": _recorded,
         "long_steps_dropped": _dropped,
         "stacks_supported": stacks_supported(),
+        "waits_total": len(waits),
+        "waits_checked": len(walked),
     }
 
 
@@ -544,6 +554,34 @@ def _under_a_deadline(task):
             if isinstance(ref, kinds) and ref.when() is not None:
                 return True
     return False
+
+
+_window_start = 0
+_window_lock = threading.Lock()
+
+
+def _next_window(waits, task_of):
+    """At most MAX_WALKED of `waits` for the walk, in task id order from
+    where the previous call stopped: the walk costs the heap's size times
+    the futures walked, so a process with many waiting tasks has them
+    checked over several calls."""
+    global _window_start
+    if len(waits) <= MAX_WALKED:
+        return dict(waits)
+    order = sorted(waits, key=lambda fid: task_of[fid])
+    with _window_lock:
+        start = _window_start % len(order)
+        _window_start = start + MAX_WALKED
+    chosen = (order[start:] + order[:start])[:MAX_WALKED]
+    return {fid: waits[fid] for fid in chosen}
+
+
+def _chain_primitive(task):
+    """The primitive an awaiter of ours at the end of the task's await
+    chain waits on, or None."""
+    chain = _await_chain(task)
+    owner = getattr(chain[-1], "_owner", None) if chain else None
+    return owner if isinstance(owner, _primitive_types()) else None
 
 
 def _mt_id(task):

@@ -67,7 +67,8 @@ def test_doctor_names_each_seeded_problem(service):
     for _ in range(20):
         proc = doctor(target, "-o", "json", "--window", "0.3")
         answer = json.loads(proc.stdout)
-        if findings_of(answer, "LONG_STEP") and findings_of(answer, "DEADLOCK"):
+        if any(f.get("stack") for f in findings_of(answer, "LONG_STEP")) and \
+                findings_of(answer, "DEADLOCK"):
             break
     assert proc.returncode == EXIT_FINDINGS
 
@@ -75,9 +76,13 @@ def test_doctor_names_each_seeded_problem(service):
     assert sorted(task_names(f) for f in lost) == [["lost"], ["lost-event"]], answer
     assert any(frame["function"] == "lost_forever" for frame in lost[0]["stack"])
 
+    # A step's stack can be missed (the step ended first, or stacks were
+    # being read at their rate limit), never wrong: every one read names it.
     long_steps = findings_of(answer, "LONG_STEP")
-    assert long_steps, answer
-    step = long_steps[0]
+    with_stack = [f for f in long_steps if f.get("stack")]
+    assert with_stack, [f.get("stack_note") for f in long_steps]
+    assert all(f.get("stack_note") for f in long_steps if not f.get("stack"))
+    step = with_stack[0]
     assert step["duration_seconds"] >= 0.1
     functions = [frame["function"] for frame in step.get("stack", [])]
     assert "hold_the_worker" in functions, step

@@ -377,6 +377,11 @@ void RenderDiagnosis(const v1::DiagnoseResponse& r, std::ostream& out) {
     table.Print(out);
   }
   if (r.findings_size() > 0) out << "\n";
+  if (r.waits_checked() < r.waits_total()) {
+    out << absl::StrFormat(
+        "checked %d of %d waits for lost wakeups (each call checks the next ones)\n",
+        r.waits_checked(), r.waits_total());
+  }
   out << absl::StrFormat("%s in %d tasks (spin window %s; %d long steps recorded)\n",
                          r.findings_size() == 0
                              ? std::string("no problems found")

@@ -341,6 +341,17 @@ void Wait_dealloc(PyObject* self) {
   Py_DECREF(type);
 }
 
+// _owner: the Condition waited on, for the diagnostics.
+PyObject* Wait_get_owner(PyObject* self, void*) {
+  PyObject* cond = AsWait(self)->cond;
+  return Py_NewRef(cond != nullptr ? cond : Py_None);
+}
+
+PyGetSetDef wait_getset[] = {
+    {"_owner", Wait_get_owner, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
 PyMethodDef wait_methods[] = {
     {"send", Wait_send, METH_O, nullptr},
     {"throw", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Wait_throw)),
@@ -357,6 +368,7 @@ PyType_Slot wait_slots[] = {
     {Py_tp_iter, reinterpret_cast<void*>(PyObject_SelfIter)},
     {Py_tp_iternext, reinterpret_cast<void*>(Wait_iternext)},
     {Py_tp_methods, wait_methods},
+    {Py_tp_getset, wait_getset},
     {Py_am_await, reinterpret_cast<void*>(PyObject_SelfIter)},
     {Py_am_send, reinterpret_cast<void*>(Wait_am_send)},
     {0, nullptr},

@@ -336,6 +336,17 @@ PyObject* Awaiter_repr(PyObject* self) {
   return PyUnicode_FromFormat("<%s awaiter of %R>", aw->ops->name, aw->owner);
 }
 
+// _owner: the primitive waited on (None once ready), for the diagnostics.
+PyObject* Awaiter_get_owner(PyObject* self, void*) {
+  AwaiterObject* aw = AsAwaiter(self);
+  return Py_NewRef(aw->owner != nullptr ? aw->owner : Py_None);
+}
+
+PyGetSetDef awaiter_getset[] = {
+    {"_owner", Awaiter_get_owner, nullptr, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
 PyMethodDef awaiter_methods[] = {
     {"send", Awaiter_send, METH_O, nullptr},
     {"throw", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(Awaiter_throw)),
@@ -353,6 +364,7 @@ PyType_Slot awaiter_slots[] = {
     {Py_tp_iter, reinterpret_cast<void*>(PyObject_SelfIter)},
     {Py_tp_iternext, reinterpret_cast<void*>(Awaiter_iternext)},
     {Py_tp_methods, awaiter_methods},
+    {Py_tp_getset, awaiter_getset},
     {Py_am_await, reinterpret_cast<void*>(PyObject_SelfIter)},
     {Py_am_send, reinterpret_cast<void*>(Awaiter_am_send)},
     {0, nullptr},
