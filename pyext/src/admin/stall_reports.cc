@@ -1,5 +1,6 @@
 #include "pyext/src/admin/stall_reports.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -30,13 +31,14 @@ Queue& Reports() {
 }
 
 // _stall_wait(timeout) -> (worker index, task id, running ns, units_run,
-// thread ident, native thread id, dropped so far) or None when none came within timeout
-// seconds. Waits detached from the interpreter.
+// thread ident, native thread id, dropped so far) or None when none came within
+// timeout seconds. Waits detached from the interpreter.
 PyObject* Module_stall_wait(PyObject*, PyObject* arg) {
   const double timeout = PyFloat_AsDouble(arg);
   if (timeout == -1.0 && PyErr_Occurred()) return nullptr;
   if (!(timeout >= 0)) {
-    PyErr_SetString(PyExc_ValueError, "timeout must be a number of seconds >= 0");
+    PyErr_SetString(PyExc_ValueError,
+                    "timeout must be a number of seconds >= 0");
     return nullptr;
   }
   Queue& q = Reports();
@@ -56,7 +58,8 @@ PyObject* Module_stall_wait(PyObject*, PyObject* arg) {
   }
   Py_END_ALLOW_THREADS;
   if (!got) Py_RETURN_NONE;
-  return Py_BuildValue("(nKKKKiK)", static_cast<Py_ssize_t>(report.worker_index),
+  return Py_BuildValue("(nKKKKiK)",
+                       static_cast<Py_ssize_t>(report.worker_index),
                        static_cast<unsigned long long>(report.task_id),
                        static_cast<unsigned long long>(report.running_ns),
                        static_cast<unsigned long long>(report.units_run),
@@ -76,13 +79,16 @@ PyObject* Module_worker_units_run(PyObject*, PyObject* arg) {
   const runtime::metrics::WorkerMetrics* m =
       rt->scheduler().WorkerMetrics(static_cast<std::size_t>(index));
   if (m == nullptr) Py_RETURN_NONE;
-  return PyLong_FromUnsignedLongLong(m->units_run.load(std::memory_order_acquire));
+  return PyLong_FromUnsignedLongLong(
+      m->units_run.load(std::memory_order_acquire));
 }
 
 PyMethodDef functions[] = {
     {"_stall_wait", Module_stall_wait, METH_O,
-     "_stall_wait(timeout) -> (worker, task id, running ns, units_run, thread ident, "
-     "native thread id, dropped) or None: the next long step the stall detector saw."},
+     "_stall_wait(timeout) -> (worker, task id, running ns, units_run, thread "
+     "ident, "
+     "native thread id, dropped) or None: the next long step the stall "
+     "detector saw."},
     {"_worker_units_run", Module_worker_units_run, METH_O,
      "_worker_units_run(index) -> units the worker finished, or None."},
     {nullptr, nullptr, 0, nullptr},
@@ -103,6 +109,8 @@ void PushStallReport(const runtime::admin::StallReport& report) {
   q.ready.notify_one();
 }
 
-int RegisterStallReports(PyObject* module) { return PyModule_AddFunctions(module, functions); }
+int RegisterStallReports(PyObject* module) {
+  return PyModule_AddFunctions(module, functions);
+}
 
 }  // namespace mt::pyext

@@ -19,7 +19,8 @@ inline void SetCurrentTaskIdSource(CurrentTaskIdFn fn) {
 }
 
 inline std::uint64_t CurrentTaskId() {
-  const CurrentTaskIdFn fn = current_task_id_source.load(std::memory_order_acquire);
+  const CurrentTaskIdFn fn =
+      current_task_id_source.load(std::memory_order_acquire);
   return fn != nullptr ? fn() : 0;
 }
 
