@@ -370,7 +370,9 @@ def _lock_of(primitive):
 
 def _holder(primitive):
     lock = _lock_of(primitive)
-    return getattr(lock, "_owner_task", 0) or 0 if lock is not None else 0
+    if lock is None:
+        return 0
+    return getattr(lock, "_owner_task", 0) or 0
 
 
 def _cycles(edges):
@@ -478,7 +480,9 @@ def _diagnose(request):
     for fid in sorted(lost, key=lambda f: task_of[f]):
         task_id = task_of[fid]
         task, fut = waits[fid]
-        if _under_a_deadline(task):
+        # Completed while the walk ran (its referrers were changing then),
+        # or bounded by a timeout: not lost.
+        if fut.done() or task._fut_waiter is not fut or _under_a_deadline(task):
             continue
         what = waits_on.get(task_id) or _admin._describe_waiter(fut)
         findings.append({

@@ -146,6 +146,11 @@ def _runtime(page, info):
            int(info.get("timers_pending", 0)))
     _gauge(page, "mt_asyncio_reactor_fds", "File descriptors registered with the reactor.",
            int(info.get("fds_registered", 0)))
+    stream, datagram = _core._transports_open()
+    page.family("mt_asyncio_transports_open", "gauge",
+                "Socket transports open now: stream (TCP and Unix connections, TLS "
+                "included) and datagram (UDP and Unix datagram endpoints).",
+                [("", {"kind": "stream"}, stream), ("", {"kind": "datagram"}, datagram)])
     _counter(page, "mt_asyncio_stalls",
              "Units seen holding a worker longer than the stall threshold.",
              int(info.get("stalls_detected", 0)))

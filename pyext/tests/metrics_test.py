@@ -34,6 +34,7 @@ FAMILIES = {
     "mt_asyncio_units_in_flight": "gauge",
     "mt_asyncio_timers_pending": "gauge",
     "mt_asyncio_reactor_fds": "gauge",
+    "mt_asyncio_transports_open": "gauge",
     "mt_asyncio_stalls": "counter",
     "mt_asyncio_worker_busy_seconds": "counter",
     "mt_asyncio_worker_polls": "counter",
@@ -188,6 +189,50 @@ def test_a_scrape_of_a_busy_service_reads_values_that_move(server):
                    if s.labels["state"] == "waiting") for r in readings]
     assert max(waiting) >= 50
     assert sample(last["mt_asyncio_workers_live"], "mt_asyncio_workers_live") >= 2
+
+
+def test_open_transports_are_counted_by_kind(server):
+    """Connections and datagram endpoints show while open and leave the
+    gauge when closed."""
+
+    def open_now():
+        page = families(scrape(server)[2])["mt_asyncio_transports_open"]
+        return {s.labels["kind"]: s.value for s in page.samples}
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        before = await asyncio.to_thread(open_now)
+        server_side = []
+
+        async def accept(reader, writer):
+            server_side.append(writer)
+
+        listener = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        clients = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        endpoint, _ = await loop.create_datagram_endpoint(
+            asyncio.DatagramProtocol, local_addr=("127.0.0.1", 0))
+        while len(server_side) < 3:
+            await asyncio.sleep(0.01)
+        during = await asyncio.to_thread(open_now)
+        for _, writer in clients:
+            writer.close()
+        for writer in server_side:
+            writer.close()
+        endpoint.close()
+        listener.close()
+        await listener.wait_closed()
+        deadline = time.monotonic() + WAIT
+        after = await asyncio.to_thread(open_now)
+        while after != before and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            after = await asyncio.to_thread(open_now)
+        return before, during, after
+
+    before, during, after = asyncio.run(main(), threads=2)
+    assert during["stream"] == before["stream"] + 6  # Both ends of 3 connections.
+    assert during["datagram"] == before["datagram"] + 1
+    assert after == before
 
 
 def test_a_busy_loop_is_not_walked_but_counted(server, monkeypatch):

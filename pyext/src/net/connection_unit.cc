@@ -44,9 +44,22 @@ class EnteredContext {
 
 }  // namespace
 
-ConnectionUnit::ConnectionUnit(PyObject* loop, PyObject* sock, int fd,
+namespace {
+
+// Counted from the unit's making until it is lost (its socket closed): a
+// relaxed add each way, once per connection.
+std::atomic<std::int64_t> open_connections[2];
+
+}  // namespace
+
+std::int64_t OpenConnections(ConnectionKind kind) {
+  return open_connections[static_cast<int>(kind)].load(std::memory_order_relaxed);
+}
+
+ConnectionUnit::ConnectionUnit(ConnectionKind kind, PyObject* loop, PyObject* sock, int fd,
                                PyObject* base_context)
     : Task(/*scheduled=*/false),
+      kind_(kind),
       loop_(Py_NewRef(loop)),
       sock_(Py_NewRef(sock)),
       fd_(fd),
@@ -54,9 +67,15 @@ ConnectionUnit::ConnectionUnit(PyObject* loop, PyObject* sock, int fd,
                                        : PyContext_CopyCurrent()) {
   if (context_ == nullptr) PyErr_Clear();  // Then the worker's own.
   ClaimForLoop(loop, this);
+  open_connections[static_cast<int>(kind_)].fetch_add(1, std::memory_order_relaxed);
 }
 
 ConnectionUnit::~ConnectionUnit() {
+  // Open until lost (DeliverLost counts it out), or until here for one
+  // that never got that far.
+  if (!lost_.load(std::memory_order_relaxed)) {
+    open_connections[static_cast<int>(kind_)].fetch_sub(1, std::memory_order_relaxed);
+  }
   DecRefAnyThread(context_);
   DecRefAnyThread(loop_);
   DecRefAnyThread(sock_);
@@ -109,6 +128,7 @@ void ConnectionUnit::OnCancel() {
 
 void ConnectionUnit::DeliverLost() {
   if (lost_.exchange(true)) return;
+  open_connections[static_cast<int>(kind_)].fetch_sub(1, std::memory_order_relaxed);
   PyObject* exc;
   PyObject* protocol;
   PyObject* lost_context;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <vector>
 
@@ -13,6 +14,13 @@
 #include "runtime/task/task.h"
 
 namespace mt::pyext::transport {
+
+// The kinds of socket transport, for the count of those open.
+enum class ConnectionKind { kStream, kDatagram };
+
+// Socket transports of `kind` open now: made and not yet lost (their
+// socket closed) — mt_asyncio.metrics' mt_asyncio_transports_open.
+std::int64_t OpenConnections(ConnectionKind kind);
 
 // What a stream connection (transport.cc) and a datagram endpoint
 // (datagram.cc) share: the runtime unit on the connection's strand that
@@ -25,7 +33,8 @@ class ConnectionUnit : public runtime::task::Task {
 
   // The callbacks' context is a copy of `base_context` (borrowed), or of
   // the caller's when it is nullptr.
-  ConnectionUnit(PyObject* loop, PyObject* sock, int fd, PyObject* base_context = nullptr);
+  ConnectionUnit(ConnectionKind kind, PyObject* loop, PyObject* sock, int fd,
+                 PyObject* base_context = nullptr);
   ~ConnectionUnit() override;
 
   // One run on the strand: makes the connection the first time
@@ -78,6 +87,7 @@ class ConnectionUnit : public runtime::task::Task {
   PyObject* GetWriteBufferLimits();
 
   // --- set up before the first wake (one thread) ---
+  const ConnectionKind kind_;
   PyObject* const loop_;
   PyObject* const sock_;
   const int fd_;

@@ -48,7 +48,8 @@ bool IsWouldBlock(PyObject* exc) {
 
 class Endpoint final : public ConnectionUnit {
  public:
-  Endpoint(PyObject* loop, PyObject* sock, int fd) : ConnectionUnit(loop, sock, fd) {}
+  Endpoint(PyObject* loop, PyObject* sock, int fd)
+      : ConnectionUnit(ConnectionKind::kDatagram, loop, sock, fd) {}
   ~Endpoint() override {
     for (auto& [data, addr] : queue_) {
       DecRefAnyThread(data);

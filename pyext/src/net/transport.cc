@@ -109,7 +109,7 @@ class WriteBuffer {
 class Conn final : public ConnectionUnit {
  public:
   Conn(PyObject* loop, PyObject* sock, int fd, PyObject* base_context)
-      : ConnectionUnit(loop, sock, fd, base_context) {}
+      : ConnectionUnit(ConnectionKind::kStream, loop, sock, fd, base_context) {}
   ~Conn() override {
     DecRefAnyThread(factory_);
     DecRefAnyThread(server_);
