@@ -247,11 +247,11 @@ def _root_types():
             concurrent.futures.Future, threading.Thread)
 
 
-def _walk_up(waits, bookkeeping=()):
-    """waits: {future id: (task, future)}. Returns (ids of the futures
-    nothing outside their task can complete, {future id: the primitive
-    whose waiter queue holds it}). `bookkeeping`: the caller's containers
-    that hold the futures.
+def _walk_up(waits, chains, bookkeeping=()):
+    """waits: {future id: (task, future)}; chains: {future id: its task's
+    _await_chain}. Returns (ids of the futures nothing outside their task
+    can complete, {future id: the primitive whose waiter queue holds
+    it}). `bookkeeping`: the caller's containers that hold the futures.
 
     A future is held when a path up its referrers reaches a root
     (_root_types), another pending task or its objects, or goes on past
@@ -259,9 +259,9 @@ def _walk_up(waits, bookkeeping=()):
     own task (the task, the coroutines it awaits through, their frames)
     within those levels is lost."""
     owner = {}  # id of a task or of an object of its await chain -> task id
-    for task, _ in waits.values():
+    for fid, (task, _) in waits.items():
         owner[id(task)] = id(task)
-        for obj in _await_chain(task):
+        for obj in chains[fid]:
             owner[id(obj)] = id(task)
     task_of = {fid: id(pair[0]) for fid, pair in waits.items()}
     kinds = _primitive_types()
@@ -343,11 +343,6 @@ def _is_task(obj):
 def _frames(stack):
     return [{"function": _admin._text(fn), "file": _admin._text(file), "line": line}
             for fn, file, line in stack]
-
-
-def _task_stack(task):
-    return _frames((f.f_code.co_qualname, f.f_code.co_filename, f.f_lineno or 0)
-                   for f in task.get_stack(limit=MAX_FRAMES))
 
 
 def _waiter_role(primitive, fut):
@@ -466,14 +461,19 @@ def _diagnose(request):
     waits = _waits_on_futures(before, after)
     del before
     task_of = {fid: _mt_id(pair[0]) for fid, pair in waits.items()}
+    # Read once (each read waits out the task's step): the walk, the
+    # primitives and the deadlines all use it.
+    chains = {fid: _await_chain(pair[0]) for fid, pair in waits.items()}
     walked = _next_window(waits, task_of)
-    lost, primitive_of = _walk_up(walked, (after, *after.values(), waits))
+    lost, primitive_of = _walk_up(walked, chains,
+                                  (after, *after.values(), waits, chains, *chains.values()))
     # Our primitives' awaiters name what they wait on: every wait gets its
     # primitive, walked or not.
-    for fid, (task, _) in waits.items():
-        primitive = _chain_primitive(task)
-        if primitive is not None:
-            primitive_of[fid] = primitive
+    kinds = _primitive_types()
+    for fid, chain in chains.items():
+        owner = getattr(chain[-1], "_owner", None) if chain else None
+        if isinstance(owner, kinds):
+            primitive_of[fid] = owner
     for fid, primitive in primitive_of.items():
         waits_on[task_of[fid]] = _admin._text(
             f"{_primitive_kind(primitive)} {_admin._text(repr(primitive), 200)}")
@@ -482,7 +482,7 @@ def _diagnose(request):
         task, fut = waits[fid]
         # Completed while the walk ran (its referrers were changing then),
         # or bounded by a timeout: not lost.
-        if fut.done() or task._fut_waiter is not fut or _under_a_deadline(task):
+        if fut.done() or task._fut_waiter is not fut or _under_a_deadline(chains[fid]):
             continue
         what = waits_on.get(task_id) or _admin._describe_waiter(fut)
         findings.append({
@@ -491,7 +491,7 @@ def _diagnose(request):
                 f"{label(task_id)} waits on {what} that nothing else references: "
                 f"nothing can complete it", 1000),
             "tasks": [info(task_id, True)],
-            "stack": _task_stack(task),
+            "stack": [_admin._frame_info(f) for f in task.get_stack(limit=MAX_FRAMES)],
         })
 
     # The primitives, their holders and waiters; the wait-for graph.
@@ -547,12 +547,12 @@ def _diagnose(request):
     }
 
 
-def _under_a_deadline(task):
-    """Whether an asyncio.timeout() (or wait_for) in the task's await chain
+def _under_a_deadline(chain):
+    """Whether an asyncio.timeout() (or wait_for) in a task's await chain
     will end the wait: then it is not lost, only bounded."""
     from . import timeouts
     kinds = (timeouts.Timeout, _stdlib_asyncio.Timeout)
-    for obj in _await_chain(task):
+    for obj in chain:
         for ref in gc.get_referents(obj):
             ref = getattr(ref, "__self__", ref)  # async with's bound __aexit__.
             if isinstance(ref, kinds) and ref.when() is not None:
@@ -578,14 +578,6 @@ def _next_window(waits, task_of):
         _window_start = start + MAX_WALKED
     chosen = (order[start:] + order[:start])[:MAX_WALKED]
     return {fid: waits[fid] for fid in chosen}
-
-
-def _chain_primitive(task):
-    """The primitive an awaiter of ours at the end of the task's await
-    chain waits on, or None."""
-    chain = _await_chain(task)
-    owner = getattr(chain[-1], "_owner", None) if chain else None
-    return owner if isinstance(owner, _primitive_types()) else None
 
 
 def _mt_id(task):
