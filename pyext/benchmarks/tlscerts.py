@@ -3,9 +3,11 @@ for localhost, made with the openssl command once per process (the key
 type most servers use today; its signature costs a handshake less than
 RSA's)."""
 
+import atexit
 import functools
 import os
 import ssl
+import shutil
 import subprocess
 import tempfile
 
@@ -13,6 +15,7 @@ import tempfile
 @functools.cache
 def cert_and_key():
     d = tempfile.mkdtemp(prefix="mt-bench-tls-")
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                     "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
                     "-keyout", os.path.join(d, "k.pem"), "-out", os.path.join(d, "c.pem"),

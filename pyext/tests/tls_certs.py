@@ -2,8 +2,10 @@
 process: a CA, leaves it signed (for localhost, another name, a client),
 an expired leaf, a self-signed one, and a key under a password."""
 
+import atexit
 import functools
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -31,6 +33,7 @@ def _run(*args, cwd=None):
 @functools.cache
 def certs():
     d = tempfile.mkdtemp(prefix="mt-tls-test-")
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
     _run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
          "-nodes", "-days", "2", "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.pem",
          "-subj", "/CN=mt_asyncio TLS test CA",

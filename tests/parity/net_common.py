@@ -83,9 +83,12 @@ def tls_certs():
     (cert, key) for other.test, 'untrusted': (cert, key) self-signed}."""
     if _CERTS:
         return _CERTS
+    import atexit
+    import shutil
     import subprocess
     import tempfile
     d = tempfile.mkdtemp(prefix="mt-tls-")
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
 
     def run(*args):
         subprocess.run(["openssl", *args], check=True, capture_output=True)
