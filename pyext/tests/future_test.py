@@ -202,6 +202,23 @@ def test_await_protocol_misuse(Future, loop):
     assert stop.value.value == 3
 
 
+def test_a_finished_await_ends_the_same_way_by_each_protocol(Future, loop):
+    # next() and send(None) raise StopIteration(value), None included; the
+    # tp_iternext slot's shortcut for None (no exception made) must not
+    # show through either of them, nor through an await.
+    for value in (None, 0, (1, 2)):
+        fut = Future(loop=loop)
+        fut.set_result(value)
+        for step in (next, lambda it: it.send(None)):
+            with pytest.raises(StopIteration) as stop:
+                step(fut.__await__())
+            assert stop.value.value == value
+
+        async def awaited(f=fut):
+            return await f
+        assert loop.run_until_complete(awaited()) == value
+
+
 def test_blocking_flag_rules():
     def scenario(Future, loop):
         fut = Future(loop=loop)

@@ -602,3 +602,25 @@ def test_c_methods_have_stdlibs_signatures(name, method):
     theirs = inspect.signature(getattr(getattr(stdlib_asyncio, name), method))
     assert [(p.name, p.default) for p in ours.parameters.values()] == \
         [(p.name, p.default) for p in theirs.parameters.values()]
+
+
+def test_a_finished_wait_ends_the_same_way_by_each_protocol():
+    # Lock.acquire() and Event.wait() return True, Queue.put() None: next()
+    # and send(None) raise StopIteration(value) for each (the tp_iternext
+    # slot's shortcut for None must not show through them).
+    async def scenario():
+        lock, queue, event = asyncio.Lock(), asyncio.Queue(), asyncio.Event()
+        event.set()
+        ends = []
+        for make, undo in ((lock.acquire, lock.release), (lambda: queue.put(1), queue.get_nowait),
+                           (event.wait, lambda: None)):
+            for step in (next, lambda aw: aw.send(None)):
+                with pytest.raises(StopIteration) as stop:
+                    step(make())
+                ends.append(stop.value.value)
+                undo()
+            ends.append(await make())
+            undo()
+        return ends
+
+    assert asyncio.run(scenario()) == [True, True, True, None, None, None, True, True, True]

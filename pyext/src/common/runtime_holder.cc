@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "pyext/src/common/shared_refcount.h"
 
 namespace py = pybind11;
 
@@ -164,6 +165,7 @@ std::size_t WorkerThreadsFromEnv() {
 
 void RuntimeHolder::Start(runtime::Config config) {
   if (config.worker_threads == 0) config.worker_threads = WorkerThreadsFromEnv();
+  const std::size_t config_workers = config.worker_threads;
   std::shared_ptr<runtime::Runtime> rt;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -189,6 +191,7 @@ void RuntimeHolder::Start(runtime::Config config) {
   rt->AddDrainHook([raw] {
     RunDrainCallback(std::chrono::duration<double>(raw->shutdown_grace()).count());
   });
+  share_refcounts.store(config_workers > 1, std::memory_order_relaxed);
   absl::Status status = rt->Start();
   if (!status.ok()) {
     // Start stopped whatever it had started: the next start makes a new one.
@@ -260,7 +263,9 @@ runtime::admin::RuntimeSnapshot RuntimeHolder::Snapshot() const {
 absl::Status RuntimeHolder::ResizeWorkers(std::size_t workers) {
   std::shared_ptr<runtime::Runtime> rt = current();
   if (!rt) return absl::FailedPreconditionError("no runtime is running");
-  return rt->ResizeWorkers(workers);
+  absl::Status status = rt->ResizeWorkers(workers);
+  if (status.ok()) share_refcounts.store(workers > 1, std::memory_order_relaxed);
+  return status;
 }
 
 absl::Status RuntimeHolder::SetBlockingThreadsMax(std::size_t max_threads) {

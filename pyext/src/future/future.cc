@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "pyext/src/common/kwargs.h"
+#include "pyext/src/common/shared_refcount.h"
 #include "pyext/src/future/awaited_by.h"
 
 namespace mt::pyext {
@@ -756,6 +757,11 @@ PySendResult FutureIter_am_send(PyObject* self, PyObject*, PyObject** out) {
   if (pending && !it->yielded) {
     it->yielded = true;
     last_awaited = fut;
+    // The task suspends here; whoever completes the future usually runs
+    // it next on their own worker, where this iterator (and a future the
+    // task made for itself) is then dropped: see ShareRefcount.
+    ShareRefcount(self);
+    ShareRefcount(reinterpret_cast<PyObject*>(fut));
     *out = Py_NewRef(reinterpret_cast<PyObject*>(fut));
     return PYGEN_NEXT;
   }
@@ -779,12 +785,14 @@ PySendResult FutureIter_am_send(PyObject* self, PyObject*, PyObject** out) {
 PyObject* FutureIter_iternext(PyObject* self) {
   PyObject* out;
   const PySendResult result = FutureIter_am_send(self, Py_None, &out);
-  return IterNextFromSend(result, out);
+  return IterNextSlotFromSend(result, out);
 }
 
 PyObject* FutureIter_send(PyObject* self, PyObject*) {
   // Futures ignore the value sent in, like stdlib's.
-  return FutureIter_iternext(self);
+  PyObject* out;
+  const PySendResult result = FutureIter_am_send(self, Py_None, &out);
+  return IterNextFromSend(result, out);
 }
 
 PyObject* FutureIter_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
@@ -1068,6 +1076,14 @@ PyObject* IterNextFromSend(PySendResult result, PyObject* out) {
     default:
       return nullptr;
   }
+}
+
+PyObject* IterNextSlotFromSend(PySendResult result, PyObject* out) {
+  if (result == PYGEN_RETURN && out == Py_None) {
+    Py_DECREF(out);
+    return nullptr;
+  }
+  return IterNextFromSend(result, out);
 }
 
 void RaiseThrowArguments(PyObject* const* args, Py_ssize_t nargs) {

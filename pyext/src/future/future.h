@@ -144,10 +144,16 @@ int FutureCancel(FutureObject* fut, PyObject* msg);
 PyObject* FutureCreate(PyObject* loop);
 // Ends an iterator's __next__ with `return value` (StopIteration(value)).
 void SetStopIterationValue(PyObject* value);
-// What tp_iternext returns for one am_send step that gave `result` and
+// What send(None) returns for one am_send step that gave `result` and
 // `out` (a new reference, consumed): the yielded value, or nullptr with
 // StopIteration(value) or the step's error set.
 PyObject* IterNextFromSend(PySendResult result, PyObject* out);
+// The same for the tp_iternext slot, where a return of None is nullptr
+// with no error set (the iterator protocol's "exhausted"). An `await` of
+// an object that is not a coroutine steps it through tp_iternext, and
+// CPython (3.12+) instantiates a StopIteration as soon as one is set:
+// most awaits of a future or a primitive return None, and skip that.
+PyObject* IterNextSlotFromSend(PySendResult result, PyObject* out);
 // Raises what `throw(*args)` on a generator would raise into its frame
 // (the 1-to-3-argument form); always returns with an error set.
 void RaiseThrowArguments(PyObject* const* args, Py_ssize_t nargs);

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "pyext/src/common/shared_refcount.h"
 #include "pyext/src/future/future.h"
 #include "pyext/src/sync/waiters.h"
 
@@ -84,6 +85,10 @@ int StartWaiting(WaitObject* w) {
     Py_DECREF(reinterpret_cast<PyObject*>(fut));
     return -1;
   }
+  // Dropped on the notifier's worker, often (waiters.cc does the same).
+  ShareRefcount(reinterpret_cast<PyObject*>(fut));
+  ShareRefcount(inner);
+  ShareRefcount(reinterpret_cast<PyObject*>(w));
   // Queued *before* the lock is released: the moment it is, a task on
   // another worker may take it and notify, and must find this waiter.
   {
@@ -226,10 +231,14 @@ PySendResult Wait_am_send(PyObject* self, PyObject*, PyObject** out) {
 PyObject* Wait_iternext(PyObject* self) {
   PyObject* out;
   const PySendResult result = Wait_am_send(self, Py_None, &out);
-  return IterNextFromSend(result, out);
+  return IterNextSlotFromSend(result, out);
 }
 
-PyObject* Wait_send(PyObject* self, PyObject*) { return Wait_iternext(self); }
+PyObject* Wait_send(PyObject* self, PyObject*) {
+  PyObject* out;
+  const PySendResult result = Wait_am_send(self, Py_None, &out);
+  return IterNextFromSend(result, out);
+}
 
 // As a coroutine's throw(): the exception lands where wait() is awaiting.
 PyObject* Wait_throw(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {

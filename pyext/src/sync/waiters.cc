@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "pyext/src/common/shared_refcount.h"
+
 namespace mt::pyext {
 
 namespace {
@@ -263,10 +265,14 @@ PySendResult Awaiter_am_send(PyObject* self, PyObject*, PyObject** out) {
 PyObject* Awaiter_iternext(PyObject* self) {
   PyObject* out;
   const PySendResult result = Awaiter_am_send(self, Py_None, &out);
-  return IterNextFromSend(result, out);
+  return IterNextSlotFromSend(result, out);
 }
 
-PyObject* Awaiter_send(PyObject* self, PyObject*) { return Awaiter_iternext(self); }
+PyObject* Awaiter_send(PyObject* self, PyObject*) {
+  PyObject* out;
+  const PySendResult result = Awaiter_am_send(self, Py_None, &out);
+  return IterNextFromSend(result, out);
+}
 
 // Ends the awaiter early (throw() or close()): a wait in progress is left
 // as a coroutine's except/finally would leave it. The shared ready
@@ -447,6 +453,11 @@ int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
     Py_DECREF(AsObject(fut));
     return -1;
   }
+  // The task that waits here usually runs next on its waker's worker,
+  // which then drops these three: see ShareRefcount.
+  ShareRefcount(AsObject(fut));
+  ShareRefcount(inner);
+  ShareRefcount(reinterpret_cast<PyObject*>(aw));
   AfterUnlock after;
   int rc;
   {
