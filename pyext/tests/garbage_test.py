@@ -232,16 +232,21 @@ def test_no_more_garbage_than_stdlib(name):
 # before they were handed back kept them (about 200,000 blocks) until it
 # next ran, and the next run's collection had to walk them.
 FREED_AFTER_RUN = """\
-import gc, sys, time
-import mt_asyncio.asyncio as asyncio
-gc.disable()
-
 async def trivial():
     return None
 
 async def main():
     await asyncio.gather(*(trivial() for _ in range(50000)))
+"""
 
+# Runs `main` (defined by `program`) at two workers with gc disabled, once
+# to warm up and 20 times measured; each run's count of blocks left over
+# the baseline, once it is within `within` of it (or after 2 s).
+RUNS_AT_TWO_WORKERS = """\
+import gc, sys, time
+import mt_asyncio.asyncio as asyncio
+gc.disable()
+{program}
 asyncio.run(main(), threads=2)
 time.sleep(0.2)
 base = sys.getallocatedblocks()
@@ -249,20 +254,26 @@ left = []
 for _ in range(20):
     asyncio.run(main(), threads=2)
     deadline = time.monotonic() + 2
-    while abs(sys.getallocatedblocks() - base) > 10000 and time.monotonic() < deadline:
+    while abs(sys.getallocatedblocks() - base) > {within} and time.monotonic() < deadline:
         time.sleep(0.01)
     left.append(sys.getallocatedblocks() - base)
 print(left)
 """
 
 
-def test_a_finished_runs_tasks_are_freed_without_a_collection():
+def blocks_left_after_runs(program, within):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    proc = subprocess.run([sys.executable, "-c", FREED_AFTER_RUN], env=env,
+    code = RUNS_AT_TWO_WORKERS.format(program=program, within=within)
+    proc = subprocess.run([sys.executable, "-c", code], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     left = json.loads(proc.stdout.strip().splitlines()[-1])
     print("blocks left after each run:", left)
+    return left
+
+
+def test_a_finished_runs_tasks_are_freed_without_a_collection():
+    left = blocks_left_after_runs(FREED_AFTER_RUN, 10000)
     # Per run 50,000 tasks are about 200,000 blocks; the loop's own caches
     # are a few hundred.
     assert all(abs(n) < 10000 for n in left), left
@@ -276,10 +287,6 @@ def test_a_finished_runs_tasks_are_freed_without_a_collection():
 # blocks per run) or free them early (a crash). 20 runs with gc disabled,
 # each back to the baseline without a collection.
 WAITS_FREED = """\
-import gc, sys, time
-import mt_asyncio.asyncio as asyncio
-gc.disable()
-
 async def main():
     lock, sem, event, queue = asyncio.Lock(), asyncio.Semaphore(2), asyncio.Event(), asyncio.Queue()
     cond = asyncio.Condition()
@@ -310,28 +317,11 @@ async def main():
 
     await asyncio.gather(*(worker(i) for i in range(40)), taking_turns(0), taking_turns(1))
     assert turns[0] == 400
-
-asyncio.run(main(), threads=2)
-time.sleep(0.2)
-base = sys.getallocatedblocks()
-left = []
-for _ in range(20):
-    asyncio.run(main(), threads=2)
-    deadline = time.monotonic() + 2
-    while abs(sys.getallocatedblocks() - base) > 2000 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    left.append(sys.getallocatedblocks() - base)
-print(left)
 """
 
 
 def test_waits_across_workers_are_freed_without_a_collection():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    proc = subprocess.run([sys.executable, "-c", WAITS_FREED], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    left = json.loads(proc.stdout.strip().splitlines()[-1])
-    print("blocks left after each run:", left)
+    left = blocks_left_after_runs(WAITS_FREED, 2000)
     # A run is 40 tasks x 100 rounds of six waits and 400 turns on a Condition: a leak of even one
     # object per wait is thousands of blocks.
     assert all(abs(n) < 2000 for n in left), left
