@@ -180,11 +180,8 @@ void RuntimeHolder::Start(runtime::Config config) {
   // diagnostics (mt_asyncio.diagnose); a line on stderr for every long
   // step would be noise in CPU-heavy programs (asyncio too only warns
   // about slow callbacks in debug mode).
-  if (StallSinkFn sink = stall_sink_fn.load(std::memory_order_relaxed)) {
-    rt->SetStallHandler(sink);
-  } else {
-    rt->SetStallHandler(nullptr);
-  }
+  // A null sink makes an empty handler: nothing is queued.
+  rt->SetStallHandler(stall_sink_fn.load(std::memory_order_relaxed));
   // The hook runs on the runtime's own shutdown, so the pointer is live;
   // the grace is that shutdown's (a control-plane Shutdown picks its own).
   runtime::Runtime* raw = rt.get();

@@ -925,6 +925,10 @@ PyTypeObject* FutureType() { return future_type; }
 void SetFutureHooks(FutureHooks h) { hooks = h; }
 FutureHooks GetFutureHooks() { return hooks; }
 
+std::uint64_t CurrentTaskId() {
+  return hooks.current_task_id != nullptr ? hooks.current_task_id() : 0;
+}
+
 PyObject* CancelledErrorType() { return refs.cancelled_error; }
 PyObject* InvalidStateErrorType() { return refs.invalid_state_error; }
 

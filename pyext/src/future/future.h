@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include <atomic>
+#include <cstdint>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -93,9 +94,15 @@ struct FutureHooks {
   // reference: what stdlib keeps as _source_traceback); else nullptr, with
   // no error set.
   PyObject* (*source_traceback)(PyObject* loop) = nullptr;
+  // The id (the control plane's task id) of the task this thread steps
+  // now, or 0: for the packages between here and the loop (sync: a Lock
+  // records its owner for the diagnostics).
+  std::uint64_t (*current_task_id)() = nullptr;
 };
 void SetFutureHooks(FutureHooks hooks);
 FutureHooks GetFutureHooks();
+// hooks.current_task_id(), or 0 before the loop package installed it.
+std::uint64_t CurrentTaskId();
 
 // For Task and the loop, on any FutureObject (subclasses included).
 // Registers `task` to be woken when `fut` is done. Returns 1 if it is done

@@ -12,7 +12,6 @@
 #include <thread>
 #include <utility>
 
-#include "pyext/src/common/current_task.h"
 #include "pyext/src/common/py_ref.h"
 #include "pyext/src/common/runtime_holder.h"
 #include "pyext/src/future/future.h"
@@ -591,12 +590,12 @@ int RegisterTaskType(PyObject* module) {
   if (task_type == nullptr) return -1;
   FutureHooks hooks = GetFutureHooks();
   hooks.wake_task = WakeTask;
-  SetFutureHooks(hooks);
-  rt_task::State::SetInspectionWait(WaitOutInspection);
-  SetCurrentTaskIdSource([]() -> std::uint64_t {
+  hooks.current_task_id = []() -> std::uint64_t {
     runtime::task::Task* unit = CurrentTaskUnit();
     return unit != nullptr ? unit->id() : 0;
-  });
+  };
+  SetFutureHooks(hooks);
+  rt_task::State::SetInspectionWait(WaitOutInspection);
   if (PyModule_AddFunctions(module, module_functions) < 0) return -1;
   return PyModule_AddObjectRef(module, "Task", reinterpret_cast<PyObject*>(task_type));
 }

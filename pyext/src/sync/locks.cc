@@ -3,7 +3,6 @@
 #include <utility>
 #include <vector>
 
-#include "pyext/src/common/current_task.h"
 #include "pyext/src/future/future.h"
 #include "pyext/src/sync/waiters.h"
 
