@@ -85,9 +85,8 @@ int StartWaiting(WaitObject* w) {
     Py_DECREF(reinterpret_cast<PyObject*>(fut));
     return -1;
   }
-  // Dropped on the notifier's worker, often (waiters.cc does the same).
-  ShareRefcount(reinterpret_cast<PyObject*>(fut));
-  ShareRefcount(inner);
+  // Dropped on the notifier's worker, often, as the future and its
+  // iterator are (shared when the iterator yields): see ShareRefcount.
   ShareRefcount(reinterpret_cast<PyObject*>(w));
   // Queued *before* the lock is released: the moment it is, a task on
   // another worker may take it and notify, and must find this waiter.

@@ -454,9 +454,8 @@ int AwaiterTryOrQueue(AwaiterObject* aw, PyMutex* mu, WaiterQueue* queue,
     return -1;
   }
   // The task that waits here usually runs next on its waker's worker,
-  // which then drops these three: see ShareRefcount.
-  ShareRefcount(AsObject(fut));
-  ShareRefcount(inner);
+  // which then drops the awaiter too (the future and its iterator are
+  // shared when the iterator yields): see ShareRefcount.
   ShareRefcount(reinterpret_cast<PyObject*>(aw));
   AfterUnlock after;
   int rc;
