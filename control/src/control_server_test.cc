@@ -407,7 +407,10 @@ TEST(CallLimitsTest, UnreadAnswersAreCancelledAndTheCapsHold) {
   ServerOptions options;
   options.socket_path = path;
   options.call_limits.per_connection = 4;
-  options.call_limits.write_deadline = std::chrono::milliseconds(300);
+  // Long enough that every connection's ten calls are read before the
+  // first is cancelled: a cancelled call frees its place, and a call read
+  // after that would be let in instead of refused (seen under TSan at 300 ms).
+  options.call_limits.write_deadline = std::chrono::milliseconds(2000);
   auto server = ControlServer::Start(FakeAbi(), std::move(options));
   ASSERT_TRUE(server.ok()) << server.status();
   auto admin = v1::RuntimeControl::NewStub(grpc::CreateChannel(
@@ -687,6 +690,9 @@ TEST_F(TlsServerTest, TheListenerAcceptsAgainOnceDescriptorsAreBack) {
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   int shed = 0;
   for (int fd : waiting) {
+    // Descriptors other threads let go of since (gRPC's own, TSan's) are
+    // taken too, or the listener would accept into them and serve.
+    for (int hog; (hog = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) hogs.push_back(hog);
     ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
     if (EndsWithin(fd, 2000)) ++shed;
   }

@@ -176,16 +176,22 @@ void TcpListener::ShedWithoutDescriptors() {
     socklen_t len = sizeof(addr);
     const int conn = accept4(fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC);
     const int err = errno;
-    if (conn >= 0) {
-      std::string host;
-      PeerString(&addr, len, &host);
-      close(conn);
-      Refuse(host.empty() ? "unknown" : host, "", "the process has run out of file descriptors",
-             "refused");
+    if (conn < 0) {
+      spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      // Another thread took the slot this spare freed: try with the next.
+      if (err == EMFILE || err == ENFILE) continue;
+      break;  // The peer left before it was taken.
     }
-    spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    // Another thread took the slot this spare freed: try with the next.
-    if (conn < 0 && (err == EMFILE || err == ENFILE)) continue;
+    std::string host;
+    PeerString(&addr, len, &host);
+    // dup3 over the connection closes it and keeps its slot in one step:
+    // close, then open, would let another thread take the slot between
+    // them, and the next connection would wait in the backlog. Any open
+    // file will do as the spare; the wake eventfd is one.
+    spare = dup3(wake_fd_, conn, O_CLOEXEC);
+    if (spare < 0) close(conn);
+    Refuse(host.empty() ? "unknown" : host, "", "the process has run out of file descriptors",
+           "refused");
     break;
   }
   // None spare, or a connection shed: the rest of the backlog waits (the

@@ -92,7 +92,8 @@ class TcpListener {
   // at once and the listener does not spin. Two spares: another thread
   // may take the slot one frees before accept4 does (gRPC's threads make
   // descriptors too); a spare that could not be reopened is reclaimed on
-  // a later call, once descriptors are back.
+  // a later call, once descriptors are back. The shed connection's slot
+  // becomes the spare again without ever being free.
   void ShedWithoutDescriptors();
   // Brings everything up to date after a connection was driven to
   // `state`: hands it to gRPC once its handshake is done, re-arms its
