@@ -679,19 +679,15 @@ TEST_F(TlsServerTest, TheListenerAcceptsAgainOnceDescriptorsAreBack) {
   tight.rlim_cur = 256;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
   std::vector<int> hogs;
-  while (true) {
-    const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) break;
-    hogs.push_back(fd);
-  }
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_port = htons(static_cast<std::uint16_t>(server_->tcp_port()));
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   int shed = 0;
   for (int fd : waiting) {
-    // Descriptors other threads let go of since (gRPC's own, TSan's) are
-    // taken too, or the listener would accept into them and serve.
+    // Every free descriptor is taken before each connection, including
+    // those other threads (gRPC's own, TSan's) let go of since the last:
+    // the listener would accept into one of them and serve.
     for (int hog; (hog = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) hogs.push_back(hog);
     ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
     if (EndsWithin(fd, 2000)) ++shed;
