@@ -18,13 +18,16 @@ thread_local Strand* polling_strand = nullptr;
 // order admission for fairness; exclusion never depends on them.
 std::atomic<std::uint64_t> next_ticket{1};
 
-// A wake held by a RunScope: of a strand (with a reference to it), or of
-// a plain unit that followed one (Strand::HoldBehindHeldWakes), whose
-// queue reference the entry owns until `target` gets it.
+// A wake held by a RunScope: of a strand (`strand`, with a reference to
+// it) whose queue holds the unit at `seq` until the hand-over, or of a
+// plain unit that followed one (Strand::HoldBehindHeldWakes), whose queue
+// reference the entry owns until `target` gets it.
 struct HeldWake {
-  task::Task* task;
-  task::Executor* target;  // nullptr for a strand: it wakes itself.
+  task::Task* task;        // A plain unit, or nullptr.
+  task::Executor* target;  // The plain unit's executor.
   task::ScheduleKind kind;
+  Strand* strand;  // nullptr for a plain unit.
+  std::uint64_t seq;
 };
 
 // The wakes held by the RunScopes open on this thread, how many scopes are
@@ -149,11 +152,26 @@ int Strand::running_descendants() {
 Strand* Strand::Current() { return current_strand; }
 
 void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
+  if (kind == task::ScheduleKind::kYield) {
+    // The running unit gave way: Poll ends after it (see there).
+    if (polling_strand == this) unit_yielded_ = true;
+    kind = task::ScheduleKind::kWake;
+  }
+  // A remote wake is not held: the scope's owner may block on it. A unit
+  // of the strand that runs here needs no hold: it cannot start before
+  // the running one returns. Any other is queued now, in call order with
+  // what other threads queue, but marked held: a poll of this strand
+  // already running on another worker stops in front of it until the
+  // running unit's scope hands it over.
+  const bool hold =
+      open_scopes > 0 && polling_strand != this && kind != task::ScheduleKind::kRemote;
+  std::uint64_t seq = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!cancelled_) {
       if (queue_.empty()) TakeTicket();
-      queue_.push_back(task);
+      seq = popped_ + queue_.size();
+      queue_.push_back(Queued{task, hold});
       task = nullptr;
     }
   }
@@ -161,22 +179,23 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
     CancelQueued(task);
     return;
   }
+  if (hold) {
+    Ref();  // Held until the running unit's scope hands it over.
+    held_wakes.push_back(HeldWake{nullptr, nullptr, kind, this, seq});
+    return;
+  }
   // One wake per unit queued. While the strand runs, the state word
   // remembers it and the strand is queued again once this poll ends, so a
   // unit pushed after the poll looked at the queue for the last time is
   // never stranded.
-  if (kind == task::ScheduleKind::kYield) {
-    // The running unit gave way: Poll ends after it (see there).
-    if (polling_strand == this) unit_yielded_ = true;
-    kind = task::ScheduleKind::kWake;
-  }
-  // A remote wake is not held: the scope's owner may block on it. A wake
-  // of the strand that runs here needs no hold: it cannot start before
-  // this poll ends.
-  if (open_scopes > 0 && polling_strand != this && kind != task::ScheduleKind::kRemote) {
-    Ref();  // Held until the running unit's scope hands it over.
-    held_wakes.push_back(HeldWake{this, nullptr, kind});
-    return;
+  Wake(kind);
+}
+
+void Strand::ReleaseHeld(std::uint64_t seq, task::ScheduleKind kind) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Gone already if a cancel emptied the queue meanwhile.
+    if (seq >= popped_) queue_[seq - popped_].held = false;
   }
   Wake(kind);
 }
@@ -202,10 +221,9 @@ Strand::RunScope::~RunScope() {
   held_wakes.resize(start_);
   const bool outer_handing_over = std::exchange(handing_over, true);
   for (const HeldWake& held : mine) {
-    if (held.target == nullptr) {
-      auto* strand = static_cast<Strand*>(held.task);
-      strand->Wake(held.kind);
-      strand->Unref();
+    if (held.strand != nullptr) {
+      held.strand->ReleaseHeld(held.seq, held.kind);
+      held.strand->Unref();
     } else {
       held.target->Schedule(held.task, held.kind);
     }
@@ -215,8 +233,8 @@ Strand::RunScope::~RunScope() {
 
 bool Strand::RunScope::HoldsWakeOfDescendantOf(const Strand* strand) const {
   for (std::size_t i = start_; i < held_wakes.size(); ++i) {
-    if (held_wakes[i].target != nullptr) continue;  // A plain unit.
-    const auto* woken = static_cast<const Strand*>(held_wakes[i].task);
+    const Strand* woken = held_wakes[i].strand;
+    if (woken == nullptr) continue;  // A plain unit.
     if (woken != strand && strand->Excludes(woken)) return true;
   }
   return false;
@@ -228,7 +246,7 @@ bool Strand::HoldBehindHeldWakes(task::Task* task, task::Executor* target,
       kind == task::ScheduleKind::kRemote) {
     return false;
   }
-  held_wakes.push_back(HeldWake{task, target, kind});
+  held_wakes.push_back(HeldWake{task, target, kind, nullptr, 0});
   return true;
 }
 
@@ -236,9 +254,12 @@ void Strand::OnComplete(task::Task* task) { executor()->OnComplete(task); }
 
 task::Task* Strand::Pop() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (queue_.empty()) return nullptr;
-  task::Task* task = queue_.front();
+  // A held unit is not run before its scope hands it over, nor what was
+  // queued after it; the hand-over wakes the strand again.
+  if (queue_.empty() || queue_.front().held) return nullptr;
+  task::Task* task = queue_.front().task;
   queue_.pop_front();
+  ++popped_;
   return task;
 }
 
@@ -254,7 +275,9 @@ bool Strand::Poll() {
   Strand* outer_polling = std::exchange(polling_strand, this);
   int ran = 0;
   bool gave_way = false;
-  bool drained = false;  // The queue was seen empty: the next push tickets.
+  // The queue was seen empty (the next push tickets), or its front held
+  // (its hand-over wakes the strand).
+  bool drained = false;
   for (; ran < kBudget; ++ran) {
     task::Task* task = Pop();
     if (task == nullptr) {
@@ -311,13 +334,14 @@ bool Strand::Poll() {
 }
 
 void Strand::OnCancel() {
-  std::deque<task::Task*> queued;
+  std::deque<Queued> queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
     cancelled_ = true;
     queued.swap(queue_);
+    popped_ += queued.size();
   }
-  for (task::Task* task : queued) CancelQueued(task);
+  for (const Queued& entry : queued) CancelQueued(entry.task);
   WakeBlocked();  // Their own cancel paths run from their wakes.
 }
 

@@ -124,8 +124,10 @@ class Strand final : public task::Task, public task::Executor {
     Strand* outer_;
   };
 
-  // While a worker runs a unit, the wakes that unit gives to other strands
-  // are held and handed over when its run ends: whatever a step or
+  // While a worker runs a unit, the units it wakes on other strands are
+  // queued there in call order but held, and the strands' wakes with them,
+  // until its run ends (a poll of such a strand already running elsewhere
+  // stops in front of a held unit): whatever a step or
   // callback starts on another connection (closing it, waking a task bound
   // to it) begins after that step, as it would on a one-thread loop.
   // Without it, a library that closes its connections while iterating over
@@ -161,7 +163,10 @@ class Strand final : public task::Task, public task::Executor {
 
  private:
   Strand(Strand* parent, Inherit inherit, std::uint64_t made_for);
+  // The next unit, or nullptr when none is queued or the front one is held.
   task::Task* Pop();
+  // A RunScope's hand-over: the unit queued at `seq` may run; wakes us.
+  void ReleaseHeld(std::uint64_t seq, task::ScheduleKind kind);
   // The gate. Enter every ancestor as a reader, nearest first; on an
   // ancestor that runs or waits to, queue on it (it wakes us) and back
   // out of the ones entered. Returns whether all were entered.
@@ -182,8 +187,17 @@ class Strand final : public task::Task, public task::Executor {
   const Inherit inherit_;
   const std::uint64_t made_for_;
 
+  // A queued unit; `held` while the RunScope of the unit that woke it is
+  // open on another strand's worker (see RunScope).
+  struct Queued {
+    task::Task* task;
+    bool held;
+  };
   std::mutex mu_;
-  std::deque<task::Task*> queue_;  // Guarded by mu_; one reference each.
+  std::deque<Queued> queue_;  // Guarded by mu_; one reference each.
+  // Units ever taken off the queue's front: queue_[seq - popped_] is the
+  // unit queued as number `seq`. Guarded by mu_.
+  std::uint64_t popped_ = 0;
   bool cancelled_ = false;         // Guarded by mu_.
   // Set by Schedule when the unit running in this strand's poll yields
   // (kYield: asyncio.sleep(0)); only that thread touches it.

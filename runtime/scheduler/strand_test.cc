@@ -254,6 +254,52 @@ TEST(StrandTest, WakesUnderACurrentScopeWaitForTheRunThatGaveThem) {
   rt.Shutdown();
 }
 
+// A held unit keeps its place in the strand's queue: units a plain thread
+// queues there while the holding unit still runs go after it, and the
+// unit's own later ones after those, in the order the calls were made (a
+// TLS write from a thread, then the task's own, reach the peer in that
+// order). Holding the unit out of the queue until the hand-over put the
+// thread's units first.
+TEST(StrandTest, HeldUnitsKeepTheirPlaceAmongOtherThreadsUnits) {
+  Runtime rt(TestConfig(2));
+  ASSERT_TRUE(rt.Start().ok());
+  Strand* s = Strand::Create(rt.executor());
+  std::mutex order_mu;
+  std::vector<int> order;
+  std::atomic<bool> done{false};
+  auto queue_on_s = [&](int n) {
+    StartOn(s, [&, n](LambdaTask*) {
+      std::lock_guard<std::mutex> lock(order_mu);
+      order.push_back(n);
+      return true;
+    })->Unref();
+  };
+  constexpr int kPairs = 10;
+  auto* waker = new LambdaTask(
+      [&](LambdaTask*) {
+        for (int i = 0; i < kPairs; ++i) {
+          queue_on_s(2 * i);  // Held until this unit returns.
+          std::thread other([&, i] { queue_on_s(2 * i + 1); });
+          other.join();
+        }
+        done.store(true);
+        return true;
+      },
+      /*scheduled=*/false);
+  waker->set_executor(rt.executor());  // A plain unit: on no strand.
+  waker->Wake();
+  waker->Unref();
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(order_mu);
+    return done.load() && order.size() == 2 * kPairs;
+  }));
+  std::vector<int> expected;
+  for (int n = 0; n < 2 * kPairs; ++n) expected.push_back(n);
+  EXPECT_EQ(order, expected);
+  s->Unref();
+  rt.Shutdown();
+}
+
 // What one unit schedules keeps its order when a strand wake among it is
 // held for the end of the run: a task on a strand it woke (anyio's host
 // task, cancelled by a task off that strand) runs before the plain
