@@ -90,26 +90,46 @@ def _fanout_child(iterations):
     return child
 
 
-def fanout_gather(scale):
-    """2000 parents, each gathering 10 children of 2000 CPU iterations."""
-    child = _fanout_child(2000)
+def _gather_parents(iterations, parents):
+    child = _fanout_child(iterations)
 
     async def parent(aio):
         return sum(await aio.gather(*(child(aio) for _ in range(10))))
 
-    return [parent] * _count(2000, scale)
+    return [parent] * parents
 
 
-def fanout_taskgroup(scale):
-    """fanout_gather with a TaskGroup per parent."""
-    child = _fanout_child(2000)
+def _taskgroup_parents(iterations, parents):
+    child = _fanout_child(iterations)
 
     async def parent(aio):
         async with aio.TaskGroup() as tg:
             tasks = [tg.create_task(child(aio)) for _ in range(10)]
         return sum(t.result() for t in tasks)
 
-    return [parent] * _count(2000, scale)
+    return [parent] * parents
+
+
+def fanout_gather(scale):
+    """2000 parents, each gathering 10 children of 2000 CPU iterations."""
+    return _gather_parents(2000, _count(2000, scale))
+
+
+def fanout_taskgroup(scale):
+    """fanout_gather with a TaskGroup per parent."""
+    return _taskgroup_parents(2000, _count(2000, scale))
+
+
+def fanout_gather_bare(scale):
+    """fanout_gather with children that return at once (20,000 parents):
+    what the loop itself costs per child, without the CPU work."""
+    return _gather_parents(0, _count(20_000, scale))
+
+
+def fanout_taskgroup_bare(scale):
+    """fanout_taskgroup with children that return at once (20,000
+    parents)."""
+    return _taskgroup_parents(0, _count(20_000, scale))
 
 
 def queue_pipeline(scale):
@@ -451,6 +471,8 @@ WORKLOADS = {
     "churn": churn,
     "fanout_gather": fanout_gather,
     "fanout_taskgroup": fanout_taskgroup,
+    "fanout_gather_bare": fanout_gather_bare,
+    "fanout_taskgroup_bare": fanout_taskgroup_bare,
     "queue_pipeline": queue_pipeline,
     "lock_contention": lock_contention,
     "semaphore_bounded": semaphore_bounded,
