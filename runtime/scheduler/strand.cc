@@ -275,13 +275,13 @@ bool Strand::Poll() {
   Strand* outer_polling = std::exchange(polling_strand, this);
   int ran = 0;
   bool gave_way = false;
-  // The queue was seen empty (the next push tickets), or its front held
-  // (its hand-over wakes the strand).
-  bool drained = false;
+  // Nothing was runnable: the queue was empty (the next push tickets) or
+  // its front held (the hand-over wakes the strand). No wake to ask for.
+  bool nothing_runnable = false;
   for (; ran < kBudget; ++ran) {
     task::Task* task = Pop();
     if (task == nullptr) {
-      drained = true;
+      nothing_runnable = true;
       break;
     }
     // A unit that wakes itself while it runs is pushed back on this queue
@@ -314,7 +314,7 @@ bool Strand::Poll() {
   polling_strand = outer_polling;
   LeaveSelf();
   LeaveAncestors(nullptr);
-  if (drained) return false;  // A strand lives as long as references to it do.
+  if (nothing_runnable) return false;  // A strand lives as long as references to it do.
   bool more;
   {
     std::lock_guard<std::mutex> lock(mu_);
