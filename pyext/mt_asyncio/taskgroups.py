@@ -3,12 +3,17 @@
 Same contract as asyncio.TaskGroup: __aexit__ waits for every task; the
 first failure cancels the others and the parent; errors come out as one
 BaseExceptionGroup. The bookkeeping the done callbacks share (the set of
-live tasks, the errors, the "all done" future) is under a lock, and the
-"wait until empty" step re-checks emptiness under that lock before it
-waits, so a last task finishing on another worker is never missed.
+live tasks, the errors, the "all done" future) is under the group's lock,
+and the "wait until empty" step re-checks emptiness under that lock before
+it waits, so a last task finishing on another worker is never missed.
+
+The lock and the shared fields live in ``_core._TaskGroupState``, whose
+native done callback handles a task that returned (it leaves the set, and
+the last one wakes __aexit__) on the worker that finished it; every other
+outcome comes to ``_on_task_done`` here, scheduled as stdlib schedules it.
 """
 
-import threading
+import contextvars
 from asyncio import events, exceptions
 
 from . import _core, tasks
@@ -21,20 +26,27 @@ class TaskGroup:
     tg.create_task(...)``."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._state = _core._TaskGroupState()
         self._entered = False
         self._exiting = False
-        self._aborting = False
         self._loop = None
         self._parent_task = None
         self._parent_cancel_requested = False
-        self._tasks = set()
+        self._tasks = self._state.tasks
         self._errors = []
         self._base_error = None
-        self._on_completed_fut = None
         # Set once __aexit__ stopped waiting: a failure reported after that
         # must not cancel the parent any more (it has moved on).
         self._done_waiting = False
+
+    # Read and written under `with self._state:` where it matters.
+    @property
+    def _aborting(self):
+        return self._state.aborting
+
+    @_aborting.setter
+    def _aborting(self, value):
+        self._state.aborting = value
 
     def __repr__(self):
         info = [""]
@@ -56,6 +68,10 @@ class TaskGroup:
         self._parent_task = tasks.current_task(self._loop)
         if self._parent_task is None:
             raise RuntimeError(f"TaskGroup {self!r} cannot determine the parent task")
+        # Where the scheduled _on_task_done runs: stdlib's add_done_callback
+        # copies the context of the task calling create_task().
+        self._state.bind(self._loop, self._parent_task, contextvars.copy_context(),
+                         self._on_task_done)
         self._entered = True
         return self
 
@@ -65,6 +81,7 @@ class TaskGroup:
         finally:
             # Break reference cycles through tracebacks.
             self._parent_task = None
+            self._state.release()
             self._errors = None
             self._base_error = None
             exc = None
@@ -79,10 +96,10 @@ class TaskGroup:
             self._abort()
 
         while True:
-            with self._lock:
+            with self._state:
                 if not self._tasks:
                     break
-                self._on_completed_fut = fut = self._loop.create_future()
+                self._state.waiter = fut = self._loop.create_future()
             try:
                 await fut
             except exceptions.CancelledError as ex:
@@ -91,10 +108,10 @@ class TaskGroup:
                     # children, then keep waiting for them.
                     propagate_cancellation_error = ex
                     self._abort()
-            with self._lock:
-                self._on_completed_fut = None
+            with self._state:
+                self._state.waiter = None
 
-        with self._lock:
+        with self._state:
             self._done_waiting = True
             parent_cancel_requested = self._parent_cancel_requested
         # Every raise below clears the locals that hold the errors: this
@@ -157,10 +174,7 @@ class TaskGroup:
         # it is cancelled here, as it would have been had this call come
         # first on one thread. Without this it ran on, and __aexit__ waited
         # for it forever.
-        with self._lock:
-            self._tasks.add(task)
-            aborting = self._aborting
-        task.add_done_callback(self._on_task_done)
+        aborting = self._state.add(task)
         if aborting:
             task.cancel()
         return task
@@ -172,7 +186,7 @@ class TaskGroup:
         # only be handled after this step, so the step's create_task()
         # calls come first: their tasks join the group and are cancelled
         # rather than refused.
-        with self._lock:
+        with self._state:
             parent = self._parent_task
             return (self._parent_cancel_requested and parent is not None
                     and parent is tasks.current_task(self._loop)
@@ -183,8 +197,8 @@ class TaskGroup:
         return isinstance(exc, (SystemExit, KeyboardInterrupt))
 
     def _abort(self):
-        with self._lock:
-            self._aborting = True
+        with self._state:
+            self._state.aborting = True
             live = list(self._tasks)
         self._cancel_all(live)
 
@@ -200,11 +214,11 @@ class TaskGroup:
         _core.future_discard_from_awaited_by(task, parent)
         live = []
         orphaned = False
-        with self._lock:
+        with self._state:
             # Leaving the set and recording the error happen together: once
             # __aexit__ sees the set empty, every error is in the list.
             self._tasks.discard(task)
-            fut = self._on_completed_fut if not self._tasks else None
+            fut = self._state.waiter if not self._tasks else None
             if exc is not None:
                 if self._errors is not None:
                     self._errors.append(exc)
@@ -218,7 +232,7 @@ class TaskGroup:
                     # the error group). Requested under the lock, so
                     # __aexit__ either sees the request or it never comes.
                     self._parent_cancel_requested = True
-                    self._aborting = True
+                    self._state.aborting = True
                     live = list(self._tasks)
                     parent.cancel()
         if fut is not None and not fut.done():

@@ -155,6 +155,63 @@ async def taskgroup_many_tasks(aio):
 
 
 @scenario
+async def taskgroup_children_finish_together_on_every_worker(aio):
+    # Children that return at once finish on every worker at the same
+    # moment, each leaving the group from its own worker: none may be
+    # lost (a lost one keeps __aexit__ waiting) and none counted twice.
+    async def child(i):
+        return i
+
+    async def sleepy_child(i):
+        await aio.sleep(0)
+        return i
+
+    rounds = []
+    for r in range(100):
+        async with aio.timeout(5):
+            async with aio.TaskGroup() as tg:
+                ts = [tg.create_task(child(i) if i % 2 else sleepy_child(i))
+                      for i in range(24)]
+        rounds.append((sum(t.result() for t in ts), len(tg._tasks)))
+    return sorted(set(rounds)), len(rounds)
+
+
+@scenario
+async def taskgroup_with_eager_children(aio):
+    # With the eager task factory a child that returns or raises before
+    # its first await is done inside create_task(): the group still
+    # counts it, and a failure still cancels the siblings after the body.
+    aio.get_running_loop().set_task_factory(aio.eager_task_factory)
+    try:
+        async def quick(i):
+            return i
+
+        async def slow(i):
+            await aio.sleep(0.01)
+            return i
+
+        async with aio.TaskGroup() as tg:
+            done_at_once = [tg.create_task(quick(i)) for i in range(5)]
+            later = [tg.create_task(slow(i)) for i in range(5)]
+            eager_flags = [t.done() for t in done_at_once + later]
+        ok = [t.result() for t in done_at_once + later]
+
+        async def fail_now():
+            raise KeyError("eager")
+
+        try:
+            async with aio.TaskGroup() as tg:
+                sibling = tg.create_task(slow(1))
+                tg.create_task(fail_now())
+                body_went_on = True
+        except BaseExceptionGroup as eg:
+            failed = (_group_summary(eg), body_went_on, sibling.cancelled())
+        return eager_flags, ok, failed
+    finally:
+        aio.get_running_loop().set_task_factory(None)
+
+
+@scenario
 async def as_completed_async_for(aio):
     ts = [aio.create_task(value_after(aio, i, 0.002 * i)) for i in range(4)]
     seen = []

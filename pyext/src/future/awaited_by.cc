@@ -137,6 +137,11 @@ PyObject* FutureAddToAwaitedBy(PyObject* fut, PyObject* waiter) {
   return Module_future_add_to_awaited_by(nullptr, pair, 2);
 }
 
+PyObject* FutureDiscardFromAwaitedBy(PyObject* fut, PyObject* waiter) {
+  PyObject* pair[] = {fut, waiter};
+  return Module_future_discard_from_awaited_by(nullptr, pair, 2);
+}
+
 PyObject* AwaitedByGet(FutureObject* fut) {
   // Strong references taken under the lock; the set is built after it,
   // since building it hashes (and a subclass's __hash__ is Python code).

@@ -31,6 +31,8 @@ void RegisterAwaitingTaskOf(NativeCallback native, AwaitingTaskOf resolve);
 // function for a pair that is not both ours). New reference to None, or
 // nullptr with an error set.
 PyObject* FutureAddToAwaitedBy(PyObject* fut, PyObject* waiter);
+// future_discard_from_awaited_by(fut, waiter), likewise.
+PyObject* FutureDiscardFromAwaitedBy(PyObject* fut, PyObject* waiter);
 
 // `fut._asyncio_awaited_by`: a frozenset of the futures and tasks
 // awaiting `fut`, or None. New reference, or nullptr with an error set.
