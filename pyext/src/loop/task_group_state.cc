@@ -11,7 +11,8 @@ namespace {
 
 struct TaskGroupStateObject {
   PyObject_HEAD
-  PyMutex mu;  // The group's lock; zero-initialized is unlocked.
+  // The group's lock; zero-initialized is unlocked.
+  PyMutex mu;
   // Guarded by `mu` once tasks exist.
   PyObject* tasks;   // set: the live tasks (TaskGroup._tasks is this set).
   PyObject* waiter;  // The future __aexit__ waits on, or nullptr.
@@ -58,10 +59,12 @@ void ScheduleOnDone(TaskGroupStateObject* s, PyObject* task) {
     }
   }
   PyObject* r = Py_None;
-  if (loop != nullptr && on_done != nullptr) {  // Else released: nothing to report to.
+  // Both are null once released: nothing to report to then.
+  if (loop != nullptr && on_done != nullptr) {
     PyObject* args[] = {loop, on_done, task, context};
-    r = PyObject_VectorcallMethod(str_call_soon, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                  context != nullptr ? kwnames_context : nullptr);
+    r = PyObject_VectorcallMethod(
+        str_call_soon, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+        context != nullptr ? kwnames_context : nullptr);
   }
   Py_XDECREF(loop);
   Py_XDECREF(on_done);
@@ -77,7 +80,8 @@ void ScheduleOnDone(TaskGroupStateObject* s, PyObject* task) {
 // cancelled while the last task finished).
 void WakeWaiter(PyObject* waiter) {
   if (PyObject_TypeCheck(waiter, FutureType())) {
-    if (FutureTrySetResult(reinterpret_cast<FutureObject*>(waiter), Py_True) < 0) {
+    if (FutureTrySetResult(reinterpret_cast<FutureObject*>(waiter), Py_True) <
+        0) {
       PyErr_WriteUnraisable(waiter);
     }
     return;
@@ -105,7 +109,8 @@ void TaskDone(PyObject* owner, FutureObject* task) {
   TaskGroupStateObject* s = AsState(owner);
   PyObject* task_obj = reinterpret_cast<PyObject*>(task);
   // A done future's outcome never changes, so no lock is needed to look.
-  if (FutureCurrentState(task) != FutureState::kFinished || task->exception != nullptr) {
+  if (FutureCurrentState(task) != FutureState::kFinished ||
+      task->exception != nullptr) {
     ScheduleOnDone(s, task_obj);
     return;
   }
@@ -138,7 +143,8 @@ void TaskDone(PyObject* owner, FutureObject* task) {
 PyObject* State_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   if (!PyArg_ParseTuple(args, ":_TaskGroupState") ||
       (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0)) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_TaskGroupState takes no arguments");
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_TypeError, "_TaskGroupState takes no arguments");
     return nullptr;
   }
   PyObject* tasks = PySet_New(nullptr);
@@ -154,8 +160,8 @@ PyObject* State_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
 
 // Swaps the four fields bind() sets; the old values are dropped after the
 // lock is released (a drop may run a finalizer).
-PyObject* SwapBound(PyObject* self, PyObject* loop, PyObject* parent, PyObject* context,
-                    PyObject* on_done) {
+PyObject* SwapBound(PyObject* self, PyObject* loop, PyObject* parent,
+                    PyObject* context, PyObject* on_done) {
   TaskGroupStateObject* s = AsState(self);
   PyObject* old[4];
   {
@@ -176,7 +182,8 @@ PyObject* State_bind(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_Format(PyExc_TypeError, "bind expected 4 arguments, got %zd", nargs);
     return nullptr;
   }
-  return SwapBound(self, args[0], NullIfNone(args[1]), NullIfNone(args[2]), args[3]);
+  return SwapBound(self, args[0], NullIfNone(args[1]), NullIfNone(args[2]),
+                   args[3]);
 }
 
 PyObject* State_release(PyObject* self, PyObject*) {
@@ -203,7 +210,8 @@ PyObject* State_add(PyObject* self, PyObject* task) {
   // created) gets the Python callback, scheduled, as stdlib always does.
   PyObject* r = Py_None;
   if (!PyObject_TypeCheck(task, FutureType()) ||
-      FutureAddNativeCallback(reinterpret_cast<FutureObject*>(task), self, TaskDone) != 0) {
+      FutureAddNativeCallback(reinterpret_cast<FutureObject*>(task), self,
+                              TaskDone) != 0) {
     r = PyObject_CallMethodOneArg(task, str_add_done_callback, on_done);
     if (r != nullptr) Py_DECREF(r);
   }
@@ -228,20 +236,27 @@ PyObject* State_get_tasks(PyObject* self, void*) {
 }
 
 // The rest are read and written by the Python code under `with state:`.
-PyObject* GetOrNone(PyObject* value) { return Py_NewRef(value != nullptr ? value : Py_None); }
+PyObject* GetOrNone(PyObject* value) {
+  return Py_NewRef(value != nullptr ? value : Py_None);
+}
 
 int SetOrClear(PyObject** field, PyObject* value) {
-  Py_XSETREF(*field, value == nullptr || value == Py_None ? nullptr : Py_NewRef(value));
+  Py_XSETREF(*field,
+             value == nullptr || value == Py_None ? nullptr : Py_NewRef(value));
   return 0;
 }
 
-PyObject* State_get_waiter(PyObject* self, void*) { return GetOrNone(AsState(self)->waiter); }
+PyObject* State_get_waiter(PyObject* self, void*) {
+  return GetOrNone(AsState(self)->waiter);
+}
 
 int State_set_waiter(PyObject* self, PyObject* value, void*) {
   return SetOrClear(&AsState(self)->waiter, value);
 }
 
-PyObject* State_get_parent(PyObject* self, void*) { return GetOrNone(AsState(self)->parent); }
+PyObject* State_get_parent(PyObject* self, void*) {
+  return GetOrNone(AsState(self)->parent);
+}
 
 PyObject* State_get_aborting(PyObject* self, void*) {
   return PyBool_FromLong(AsState(self)->aborting);
@@ -286,15 +301,18 @@ void State_dealloc(PyObject* self) {
 }
 
 PyMethodDef state_methods[] = {
-    {"bind", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(State_bind)),
+    {"bind",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(State_bind)),
      METH_FASTCALL,
      "bind(loop, parent, context, on_done): set when the group is entered."},
     {"release", State_release, METH_NOARGS,
      "Drop what bind() set: the group has been left."},
     {"add", State_add, METH_O,
-     "add(task) -> aborting: the task joins the group, with its done callback."},
+     "add(task) -> aborting: the task joins the group, with its done "
+     "callback."},
     {"__enter__", State_enter, METH_NOARGS, "Take the group's lock."},
-    {"__exit__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(State_exit)),
+    {"__exit__",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(State_exit)),
      METH_VARARGS, "Release the group's lock."},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -314,7 +332,8 @@ PyType_Slot state_slots[] = {
     {Py_tp_clear, reinterpret_cast<void*>(State_clear)},
     {Py_tp_methods, state_methods},
     {Py_tp_getset, state_getset},
-    {Py_tp_doc, const_cast<char*>("What a TaskGroup's done callbacks share, and its lock.")},
+    {Py_tp_doc, const_cast<char*>(
+                    "What a TaskGroup's done callbacks share, and its lock.")},
     {0, nullptr},
 };
 
@@ -334,10 +353,11 @@ int RegisterTaskGroupState(PyObject* module) {
   str_set_result = PyUnicode_InternFromString("set_result");
   str_done = PyUnicode_InternFromString("done");
   PyObject* str_context = PyUnicode_InternFromString("context");
-  kwnames_context = str_context != nullptr ? PyTuple_Pack(1, str_context) : nullptr;
+  kwnames_context =
+      str_context != nullptr ? PyTuple_Pack(1, str_context) : nullptr;
   Py_XDECREF(str_context);
-  if (!str_call_soon || !str_add_done_callback || !str_set_result || !str_done ||
-      !kwnames_context) {
+  if (!str_call_soon || !str_add_done_callback || !str_set_result ||
+      !str_done || !kwnames_context) {
     return -1;
   }
   PyObject* type = PyType_FromModuleAndSpec(module, &state_spec, nullptr);
