@@ -110,6 +110,20 @@ def run_rounds(cells, repeats, run_one):
     return results, failed
 
 
+def paired_with(baseline_times, times):
+    """The cell against stdlib's, round by round: the median of the
+    per-round ratios (stdlib's time over the cell's, both from the same
+    round) and how many rounds the cell was faster. A drift on the machine
+    moves both runs of a round together, so this says more than the ratio
+    of the medians when the two are close. Empty when the rounds cannot be
+    paired (no stdlib cell, or a cell that failed part of the way)."""
+    if not baseline_times or len(baseline_times) != len(times):
+        return {}
+    per_round = [b / t for b, t in zip(baseline_times, times)]
+    return {"paired_ratio": statistics.median(per_round),
+            "rounds_won": sum(r > 1 for r in per_round)}
+
+
 def spawn_cell(backend, workload, threads, scale, timeout=CELL_TIMEOUT_S):
     """One cell in a fresh process (one warm-up, one counted run): its
     result; net.CellFailed when the backend failed the workload (a peer
@@ -510,6 +524,8 @@ def main(argv=None):
                 "balance": balance[(backend, threads)][0],
                 "coroutines": balance[(backend, threads)][1],
                 "ratio": baseline / median if baseline else None,
+                **({} if (backend, threads) == ("asyncio", 1)
+                   else paired_with(times.get(("asyncio", 1)), t)),
                 **({"workers": worker_profile(profiles[(backend, threads)])}
                    if profiles[(backend, threads)] else {}),
             })

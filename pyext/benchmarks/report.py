@@ -12,7 +12,9 @@ Two tables:
   thread helped);
 - every cell: median, spread (min-max), ratio and balance of each
   (workload, backend, threads), with p50/p99 latency for the network rows
-  and the failure reason for a FAIL.
+  and the failure reason for a FAIL; the CPU rows also say how the cell
+  fared against stdlib round by round (the median of the per-round
+  ratios, and the rounds it won).
 """
 
 from plots import FAMILIES
@@ -101,7 +103,7 @@ def detail_table(rows, network):
     per connection for idle_conns."""
     header = ["workload", "backend", "threads",
               "median" if network else "median s", "spread", "vs asyncio"]
-    header += ["p50 ms", "p99 ms", "balance"] if network else ["balance"]
+    header += ["p50 ms", "p99 ms", "balance"] if network else ["paired (won)", "balance"]
     lines = []
     for w in _workload_order(rows):
         mine = sorted((r for r in rows if r["workload"] == w),
@@ -110,7 +112,7 @@ def detail_table(rows, network):
             head = [w, r["backend"], str(r["threads"])]
             if r.get("error"):
                 reason = r["error"].replace("|", "\\|").replace("\n", " ")[:160]
-                lines.append(head + ["FAIL", reason, "—"] + ["—"] * (3 if network else 1))
+                lines.append(head + ["FAIL", reason, "—"] + ["—"] * (3 if network else 2))
                 continue
             idle = w == "idle_conns"
             median = (f"{r['median']:,.0f} B/conn" if idle
@@ -122,6 +124,9 @@ def detail_table(rows, network):
             if network:
                 line += (["—", "—"] if idle
                          else [f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}"])
+            else:
+                line.append(f"{r['paired_ratio']:.3f} ({r['rounds_won']}/{len(r['times'])})"
+                            if r.get("paired_ratio") is not None else "—")
             lines.append(line + [balance])
     return _table(header, lines)
 

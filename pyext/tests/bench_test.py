@@ -108,6 +108,12 @@ def _two_threads_over_one(rows, stdout):
     assert all(0 <= w["busy_share"] <= 1.2 for w in two["workers"]), two["workers"]
     assert sum(w["busy_share"] for w in two["workers"]) > 0
     assert "what each mt_asyncio worker did" in stdout
+    # The round-by-round comparison: one round here, so the paired ratio
+    # is that round's stdlib time over the cell's, and stdlib's own row
+    # has none.
+    assert one["paired_ratio"] == by_cell[("mixed", "asyncio", 1)]["times"][0] / one["times"][0]
+    assert one["rounds_won"] == (one["paired_ratio"] > 1)
+    assert "paired_ratio" not in by_cell[("mixed", "asyncio", 1)]
 
 
 def _measured_once(row, key):
