@@ -103,7 +103,6 @@ class _GatheringFuture(Future[list[Any]]):
 class _TaskGroupState:
     tasks: set[Task[Any]]
     waiter: Future[Any] | None
-    parent: Task[Any] | None
     aborting: bool
     def __init__(self) -> None: ...
     def bind(self, loop: Any, parent: Task[Any] | None, context: Any,

@@ -39,14 +39,11 @@ class TaskGroup:
         # must not cancel the parent any more (it has moved on).
         self._done_waiting = False
 
-    # Read and written under `with self._state:` where it matters.
+    # Set under `with self._state:` (as `self._state.aborting`): add() reads
+    # it under the same lock.
     @property
     def _aborting(self):
         return self._state.aborting
-
-    @_aborting.setter
-    def _aborting(self, value):
-        self._state.aborting = value
 
     def __repr__(self):
         info = [""]

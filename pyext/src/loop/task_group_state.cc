@@ -236,26 +236,15 @@ PyObject* State_get_tasks(PyObject* self, void*) {
 }
 
 // The rest are read and written by the Python code under `with state:`.
-PyObject* GetOrNone(PyObject* value) {
-  return Py_NewRef(value != nullptr ? value : Py_None);
-}
-
-int SetOrClear(PyObject** field, PyObject* value) {
-  Py_XSETREF(*field,
-             value == nullptr || value == Py_None ? nullptr : Py_NewRef(value));
-  return 0;
-}
-
 PyObject* State_get_waiter(PyObject* self, void*) {
-  return GetOrNone(AsState(self)->waiter);
+  PyObject* waiter = AsState(self)->waiter;
+  return Py_NewRef(waiter != nullptr ? waiter : Py_None);
 }
 
 int State_set_waiter(PyObject* self, PyObject* value, void*) {
-  return SetOrClear(&AsState(self)->waiter, value);
-}
-
-PyObject* State_get_parent(PyObject* self, void*) {
-  return GetOrNone(AsState(self)->parent);
+  Py_XSETREF(AsState(self)->waiter,
+             value == nullptr || value == Py_None ? nullptr : Py_NewRef(value));
+  return 0;
 }
 
 PyObject* State_get_aborting(PyObject* self, void*) {
@@ -311,16 +300,13 @@ PyMethodDef state_methods[] = {
      "add(task) -> aborting: the task joins the group, with its done "
      "callback."},
     {"__enter__", State_enter, METH_NOARGS, "Take the group's lock."},
-    {"__exit__",
-     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(State_exit)),
-     METH_VARARGS, "Release the group's lock."},
+    {"__exit__", State_exit, METH_VARARGS, "Release the group's lock."},
     {nullptr, nullptr, 0, nullptr},
 };
 
 PyGetSetDef state_getset[] = {
     {"tasks", State_get_tasks, nullptr, nullptr, nullptr},
     {"waiter", State_get_waiter, State_set_waiter, nullptr, nullptr},
-    {"parent", State_get_parent, nullptr, nullptr, nullptr},
     {"aborting", State_get_aborting, State_set_aborting, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
