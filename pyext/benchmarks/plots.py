@@ -24,8 +24,8 @@ FAMILIES = {
     "blocking": ["executor_offload", "block_inline", "block_offload"],
     "network": ["echo_protocol_1k", "echo_streams_1k", "http_cpu", "tls_echo_1k",
                 "db_http", "idle_conns"],
-    "inproc": ["http_cpu_inproc", "echo_streams_inproc", "tls_echo_inproc",
-               "tls_handshakes_inproc"],
+    "inproc": ["http_cpu_inproc", "http_inproc_bare", "echo_streams_inproc",
+               "tls_echo_inproc", "tls_handshakes_inproc"],
 }
 
 

@@ -336,11 +336,9 @@ async def _server_and_clients(aio, handler, client, clients):
     await server.wait_closed()
 
 
-def http_cpu_inproc(scale):
-    """A keep-alive HTTP/1.1 server whose handler burns 5000 iterations per
-    request, and its 64 clients on the same loop, 200 requests each (the
-    network row http_cpu, in one process)."""
-    requests = _count(200, scale)
+def _http_inproc(iterations, requests):
+    """A keep-alive HTTP/1.1 server whose handler burns `iterations` per
+    request, and its 64 clients on the same loop, `requests` each."""
 
     async def program(aio):
         head = (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n"
@@ -350,7 +348,7 @@ def http_cpu_inproc(scale):
             try:
                 while True:
                     await reader.readuntil(b"\r\n\r\n")
-                    burn(5000)
+                    burn(iterations)
                     writer.write(head + HTTP_RESPONSE_BODY)
             except (aio.IncompleteReadError, ConnectionError):
                 pass
@@ -370,6 +368,20 @@ def http_cpu_inproc(scale):
         return 64 * requests
 
     return [program]
+
+
+def http_cpu_inproc(scale):
+    """A keep-alive HTTP/1.1 server whose handler burns 5000 iterations per
+    request, and its 64 clients on the same loop, 200 requests each (the
+    network row http_cpu, in one process)."""
+    return _http_inproc(5000, _count(200, scale))
+
+
+def http_inproc_bare(scale):
+    """http_cpu_inproc with a handler that answers at once, 1000 requests
+    per client: what the loop, the streams and the kernel's TCP cost per
+    request, which the handler's CPU work buries."""
+    return _http_inproc(0, _count(1000, scale))
 
 
 def echo_streams_inproc(scale):
@@ -485,6 +497,7 @@ WORKLOADS = {
     "one_million": one_million,
     "primitive_ops": primitive_ops,
     "http_cpu_inproc": http_cpu_inproc,
+    "http_inproc_bare": http_inproc_bare,
     "echo_streams_inproc": echo_streams_inproc,
     "tls_echo_inproc": tls_echo_inproc,
     "tls_handshakes_inproc": tls_handshakes_inproc,
