@@ -6,9 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <utility>
 
 #include "pyext/src/common/py_ref.h"
+#include "pyext/src/common/shared_refcount.h"
 #include "pyext/src/future/future.h"
 #include "pyext/src/loop/loop.h"
 #include "pyext/src/loop/loop_state.h"
@@ -127,6 +129,35 @@ int CancelWaiter(PyObject* waiter, PyObject* msg) {
 namespace {
 
 // What the coroutine yielded: decide what to wait for.
+// What a coroutine's cr_await getter returns: the object its frame awaits
+// (a new reference), or None. Found once in PyCoro_Type's getsets.
+getter coro_await_getter = nullptr;
+
+// Hands the coroutines the suspended chain made on this worker to shared
+// counting: the helpers a task awaits through (asyncio.streams'
+// readexactly() and _wait_for_data(), drain()) are made by the worker
+// that stepped the task and usually finished by the one its wake runs on,
+// whose last release would queue each to its maker (see ShareRefcount).
+void ShareAwaitChain(PyObject* coro) {
+  if (coro_await_getter == nullptr ||
+      !share_refcounts.load(std::memory_order_relaxed)) {
+    return;
+  }
+  PyObject* next = coro_await_getter(coro, nullptr);
+  for (int depth = 0; next != nullptr && PyCoro_CheckExact(next) && depth < 16;
+       ++depth) {
+    ShareRefcount(next);
+    PyObject* inner = coro_await_getter(next, nullptr);
+    Py_DECREF(next);
+    next = inner;
+  }
+  if (next == nullptr) {
+    PyErr_Clear();
+  } else {
+    Py_DECREF(next);
+  }
+}
+
 void HandleYield(PyObject* self, PyObject* result) {
   TaskObject* t = AsTask(self);
   PyObject* loop = t->base.loop;
@@ -427,6 +458,7 @@ bool StepTask(PyObject* self) {
     Py_DECREF(step_error);
     return true;
   }
+  if (PyCoro_CheckExact(t->coro)) ShareAwaitChain(t->coro);
   HandleYield(self, result);
   Py_DECREF(result);
   return false;
@@ -441,6 +473,9 @@ int InitTaskSteps() {
   leave_task = PyObject_GetAttrString(asyncio_c, "_leave_task");
   swap_current_task = PyObject_GetAttrString(asyncio_c, "_swap_current_task");
   Py_DECREF(asyncio_c);
+  for (PyGetSetDef* g = PyCoro_Type.tp_getset; g != nullptr && g->name != nullptr; ++g) {
+    if (std::strcmp(g->name, "cr_await") == 0) coro_await_getter = g->get;
+  }
   str_throw = PyUnicode_InternFromString("throw");
   str_cancel = PyUnicode_InternFromString("cancel");
   str_add_done_callback = PyUnicode_InternFromString("add_done_callback");
