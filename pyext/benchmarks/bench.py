@@ -86,6 +86,49 @@ def steal_share(before, after):
     return (after[1] - before[1]) / (after[0] - before[0])
 
 
+def cpu_pair():
+    """The first two CPUs this process may run on, or None with fewer."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
+
+
+def cache_line_round_trip():
+    """Nanoseconds a cache line takes between the first two CPUs and back
+    (mt_asyncio's native probe), or None where it cannot be measured.
+
+    Every hand-over between two workers pays it. On a VM it is where the
+    host put the virtual CPUs, and it can change under a running guest:
+    on this project's 2-vCPU VM it sat near 55 ns for minutes, then near
+    320 ns for minutes, and two-worker cells whose workers talk all the
+    time (`echo_streams_inproc`) ran 1.6x slower while it did. The report
+    states it beside the steal time, measured before every cell."""
+    pair = cpu_pair()
+    if pair is None:
+        return None
+    try:
+        from mt_asyncio import _core
+    except ImportError:
+        return None
+    return _core._cpu_round_trip_ns(*pair, rounds=20000, samples=5,
+                                    budget_seconds=2.0)
+
+
+def round_trip_summary(values, pair):
+    """The run's cache-line round trips: their range and median, and how
+    many cells ran while it was over twice the run's lowest (the vCPUs
+    placed apart). None when none was measured."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return None
+    low = min(known)
+    return {"cpus": list(pair), "min_ns": low, "median_ns": statistics.median(known),
+            "max_ns": max(known), "cells": len(values),
+            "far_cells": sum(v > 2 * low for v in known)}
+
+
 # Runs one cell in its process; imports only the backends and workloads.
 CELL_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cell.py")
 CELL_TIMEOUT_S = 600  # --cell-timeout
@@ -435,6 +478,16 @@ def merge_runs(runs):
               if run.get("cpu_steal_share") is not None]
     # The worst run's; unknown if any run did not record it.
     merged["cpu_steal_share"] = max(stolen) if len(stolen) == len(runs) else None
+    # The widest range over the runs; no median across runs.
+    trips = [run.get("cpu_round_trip") for run in runs]
+    if all(trips):
+        merged["cpu_round_trip"] = {
+            "cpus": trips[0]["cpus"], "min_ns": min(t["min_ns"] for t in trips),
+            "median_ns": None, "max_ns": max(t["max_ns"] for t in trips),
+            "cells": sum(t["cells"] for t in trips),
+            "far_cells": sum(t["far_cells"] for t in trips)}
+    else:
+        merged["cpu_round_trip"] = None
     return merged
 
 
@@ -495,15 +548,19 @@ def main(argv=None):
     rows = []
     gil_stayed_off = True
     times_at_start = cpu_times()
+    round_trips = []  # Before each CPU cell, in the order they ran.
     for workload in [w for w in args.workloads if w in workloads.WORKLOADS]:
         cells = [(backend, threads) for backend in backends_for(workload, args.backends)
                  if backend in backends.BACKENDS
                  for threads in ([1] if backend in backends.SINGLE_THREADED
                                  else args.threads)]
-        results, failed = run_rounds(
-            cells, args.repeats,
-            lambda backend, threads: spawn_cell(backend, workload, threads, args.scale,
-                                                args.cell_timeout))
+        def run_cell(backend, threads):
+            round_trip = cache_line_round_trip()
+            result = spawn_cell(backend, workload, threads, args.scale, args.cell_timeout)
+            round_trips.append(round_trip)
+            return {**result, "cpu_round_trip_ns": round_trip}
+
+        results, failed = run_rounds(cells, args.repeats, run_cell)
         times = {c: [x["time"] for x in results[c]] for c in cells}
         balance = {c: (results[c][-1]["balance"], results[c][-1]["coroutines"])
                    for c in cells if results[c]}
@@ -521,6 +578,8 @@ def main(argv=None):
             rows.append({
                 "workload": workload, "backend": backend, "threads": threads,
                 "median": median, "min": min(t), "max": max(t), "times": t,
+                "round_trips_ns": [x["cpu_round_trip_ns"]
+                                   for x in results[(backend, threads)]],
                 "balance": balance[(backend, threads)][0],
                 "coroutines": balance[(backend, threads)][1],
                 "ratio": baseline / median if baseline else None,
@@ -547,9 +606,19 @@ def main(argv=None):
     if stolen is not None:
         print(f"CPU time stolen by the hypervisor during the run: {stolen:.1%} "
               "(/proc/stat; above a few percent, expect wide spreads)")
+    round_trip = round_trip_summary(round_trips, cpu_pair())
+    if round_trip is not None:
+        print(f"cache-line round trip between CPUs {round_trip['cpus'][0]} and "
+              f"{round_trip['cpus'][1]}, before each cell: "
+              f"{round_trip['min_ns']:.0f}-{round_trip['max_ns']:.0f} ns "
+              f"(median {round_trip['median_ns']:.0f}); {round_trip['far_cells']} of "
+              f"{round_trip['cells']} cells ran with it above twice the lowest "
+              "(virtual CPUs placed apart: cells whose workers hand work back and "
+              "forth slow down)")
     data = {"interpreter": facts, "args": vars(args), "rows": rows,
             "net_rows": net_rows, "gil_stayed_off": gil_stayed_off,
-            "cpu_steal_share": stolen, "cpus": os.cpu_count()}
+            "cpu_steal_share": stolen, "cpu_round_trip": round_trip,
+            "cpus": os.cpu_count()}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=2)

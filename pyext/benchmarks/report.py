@@ -138,6 +138,13 @@ def markdown(data):
     if data.get("cpu_steal_share") is not None:
         parts.append("CPU time stolen by the hypervisor during the run "
                      f"(the worst of the runs merged): {data['cpu_steal_share']:.1%}.")
+    trip = data.get("cpu_round_trip")
+    if trip:
+        parts.append(f"Cache-line round trip between CPUs {trip['cpus'][0]} and "
+                     f"{trip['cpus'][1]}, measured before each CPU cell: "
+                     f"{trip['min_ns']:.0f}–{trip['max_ns']:.0f} ns; "
+                     f"{trip['far_cells']} of {trip['cells']} cells ran with it above "
+                     "twice the lowest (virtual CPUs placed apart by the host).")
     if rows:
         parts += ["Speed against stdlib asyncio, CPU and scheduling workloads "
                   "(above 1 is faster):", glance_table(rows)]

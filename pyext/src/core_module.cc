@@ -11,8 +11,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -22,6 +24,7 @@
 #include "pyext/src/loop/register.h"
 #include "pyext/src/net/register.h"
 #include "pyext/src/sync/register.h"
+#include "runtime/metrics/cpu_round_trip.h"
 
 namespace py = pybind11;
 
@@ -121,6 +124,33 @@ PYBIND11_MODULE(_core, m, py::mod_gil_not_used()) {
       "on_worker_thread",
       [] { return RuntimeHolder::Instance().IsWorkerThread(); },
       "True when called on one of the runtime's worker threads.");
+
+  m.def(
+      "_cpu_round_trip_ns",
+      [](int cpu_a, int cpu_b, int rounds, int samples,
+         double budget_seconds) -> py::object {
+        if (rounds <= 0 || samples <= 0) {
+          throw py::value_error("rounds and samples must be >= 1");
+        }
+        if (!(budget_seconds > 0)) {
+          throw py::value_error("budget_seconds must be > 0");
+        }
+        std::optional<double> ns;
+        {
+          py::gil_scoped_release detached;
+          ns = mt::runtime::metrics::CacheLineRoundTripNs(
+              cpu_a, cpu_b, rounds, samples,
+              std::chrono::milliseconds(
+                  static_cast<long long>(budget_seconds * 1000)));
+        }
+        if (!ns) return py::none();
+        return py::float_(*ns);
+      },
+      py::arg("cpu_a"), py::arg("cpu_b"), py::arg("rounds") = 20000,
+      py::arg("samples") = 5, py::arg("budget_seconds") = 2.0,
+      "Nanoseconds a cache line takes from cpu_a to cpu_b and back (the "
+      "median of `samples` timings of `rounds` hand-offs between two pinned "
+      "threads); None when the CPUs cannot be used or the budget runs out.");
 
   // One entry per package, lowest first (docs/architecture.md has the map).
   if (mt::pyext::RegisterFuturePackage(m.ptr()) < 0 ||

@@ -56,6 +56,18 @@ def test_quick_run_with_every_backend_has_every_cell(tmp_path):
     # The hypervisor's steal over the run: a share, or None without /proc.
     stolen = data["cpu_steal_share"]
     assert stolen is None or 0 <= stolen < 1, stolen
+    # The cache-line round trip before every CPU cell, where two CPUs are
+    # there to measure it between.
+    trip = data["cpu_round_trip"]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert 0 < trip["min_ns"] <= trip["median_ns"] <= trip["max_ns"] < 1e6, trip
+        assert trip["cells"] >= sum(len(r["times"]) for r in data["rows"] if "times" in r)
+        assert 0 <= trip["far_cells"] <= trip["cells"]
+        assert all(len(r["round_trips_ns"]) == len(r["times"])
+                   for r in data["rows"] if "times" in r)
+        assert "cache-line round trip between CPUs" in proc.stdout
+    else:
+        assert trip is None
     expected = {"asyncio", "asyncio-multiloop", "mt_asyncio", "mt_asyncio+watch",
                 *_peers_here()}
     rows = {(r["workload"], r["backend"], r["threads"]): r for r in data["rows"]}
