@@ -21,7 +21,12 @@ Prints a Markdown row per workload and worker count:
 medians (seconds), their ratio, each build's range, and the median share
 of the timed run's wall time each build's workers spent busy (the
 runtime's per-worker counters, summed over the workers: 2.00 is two
-workers busy all the time).
+workers busy all the time). Each cell first times the cache-line round
+trip between the first two CPUs (where the build has the probe; see
+bench.cache_line_round_trip): the row gives its range and how many cells
+ran with it above twice the row's lowest. The host can move the vCPUs
+apart for minutes, and a row whose cells ran in both placements compares
+nothing for multi-worker workloads.
 """
 
 import argparse
@@ -41,7 +46,12 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 CHILD = r"""
 import json, socket, sys, threading, time
 sys.path[:0] = [{build!r}, {bench!r}]
-import cell
+import cell, os
+from mt_asyncio import _core
+cpus = sorted(os.sched_getaffinity(0))
+probe = getattr(_core, "_cpu_round_trip_ns", None)
+trip = (probe(cpus[0], cpus[1], rounds=20000, samples=5, budget_seconds=2.0)
+        if probe is not None and len(cpus) >= 2 else None)
 stop = threading.Event()
 scrapes = [0]
 if {scrape!r} > 0:
@@ -58,7 +68,7 @@ if {scrape!r} > 0:
 result = cell.run_cell("mt_asyncio", {workload!r}, {threads}, {scale!r})
 stop.set()
 busy = sum(w["busy_ns"] / 1e9 / w["elapsed"] for w in result["workers"])
-print(json.dumps([result["time"], busy]))
+print(json.dumps([result["time"], busy, trip]))
 """
 
 
@@ -70,6 +80,16 @@ def run_cell(build, workload, threads, scale, scrape=0):
     if out.returncode != 0:
         raise SystemExit(f"{workload} on {build} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _trip_range(trips):
+    """The row's round trips as 'low–high | cells above twice the low'."""
+    known = [t for t in trips if t is not None]
+    if not known:
+        return "— | —"
+    low = min(known)
+    far = sum(t > 2 * low for t in known)
+    return f"{low:.0f}–{max(known):.0f} | {far} of {len(trips)}"
 
 
 def main():
@@ -87,18 +107,21 @@ def main():
     builds = {"before": os.path.abspath(args.before),
               "after": os.path.abspath(args.after)}
     print("| workload | workers | before | after | after/before "
-          "| before range | after range | busy before | busy after |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| before range | after range | busy before | busy after "
+          "| round trip ns | far cells |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for workload in args.workloads:
         for threads in (int(t) for t in args.threads.split(",")):
             times = {"before": [], "after": []}
             busy = {"before": [], "after": []}
+            trips = []
             for r in range(args.rounds):
                 order = ("before", "after") if r % 2 == 0 else ("after", "before")
                 for name in order:
                     scrape = args.after_scrape if name == "after" else 0
-                    took, busy_share = run_cell(builds[name], workload, threads, args.scale,
-                                                scrape)
+                    took, busy_share, trip = run_cell(builds[name], workload, threads,
+                                                      args.scale, scrape)
+                    trips.append(trip)
                     times[name].append(took)
                     busy[name].append(busy_share)
             b = statistics.median(times["before"])
@@ -107,7 +130,8 @@ def main():
                   f"| {min(times['before']):.3f}–{max(times['before']):.3f} "
                   f"| {min(times['after']):.3f}–{max(times['after']):.3f} "
                   f"| {statistics.median(busy['before']):.2f} "
-                  f"| {statistics.median(busy['after']):.2f} |",
+                  f"| {statistics.median(busy['after']):.2f} "
+                  f"| {_trip_range(trips)} |",
                   flush=True)
 
 
