@@ -22,8 +22,8 @@ medians (seconds), their ratio, each build's range, and the median share
 of the timed run's wall time each build's workers spent busy (the
 runtime's per-worker counters, summed over the workers: 2.00 is two
 workers busy all the time). Each cell first times the cache-line round
-trip between the first two CPUs (where the build has the probe; see
-bench.cache_line_round_trip): the row gives its range and how many cells
+trip between the first two CPUs (where the build has the probe;
+hostcpu.py): the row gives its range and how many cells
 ran with it above twice the row's lowest. The host can move the vCPUs
 apart for minutes, and a row whose cells ran in both placements compares
 nothing for multi-worker workloads.
@@ -36,6 +36,8 @@ import statistics
 import subprocess
 import sys
 
+import hostcpu
+
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # The bench's own cell (one warm-up, one timed run) on one build. With
@@ -46,12 +48,8 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 CHILD = r"""
 import json, socket, sys, threading, time
 sys.path[:0] = [{build!r}, {bench!r}]
-import cell, os
-from mt_asyncio import _core
-cpus = sorted(os.sched_getaffinity(0))
-probe = getattr(_core, "_cpu_round_trip_ns", None)
-trip = (probe(cpus[0], cpus[1], rounds=20000, samples=5, budget_seconds=2.0)
-        if probe is not None and len(cpus) >= 2 else None)
+import cell, hostcpu
+trip = hostcpu.cache_line_round_trip()
 stop = threading.Event()
 scrapes = [0]
 if {scrape!r} > 0:
@@ -84,12 +82,11 @@ def run_cell(build, workload, threads, scale, scrape=0):
 
 def _trip_range(trips):
     """The row's round trips as 'low–high | cells above twice the low'."""
-    known = [t for t in trips if t is not None]
-    if not known:
+    trip = hostcpu.summary(trips)
+    if trip is None:
         return "— | —"
-    low = min(known)
-    far = sum(t > 2 * low for t in known)
-    return f"{low:.0f}–{max(known):.0f} | {far} of {len(trips)}"
+    return (f"{trip['min_ns']:.0f}–{trip['max_ns']:.0f} "
+            f"| {trip['far_cells']} of {trip['cells']}")
 
 
 def main():

@@ -19,6 +19,7 @@ import sysconfig
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import backends  # noqa: E402
+import hostcpu  # noqa: E402
 from cell import gil_enabled  # noqa: E402
 import net  # noqa: E402
 import report  # noqa: E402
@@ -84,49 +85,6 @@ def steal_share(before, after):
     if before is None or after is None or after[0] <= before[0]:
         return None
     return (after[1] - before[1]) / (after[0] - before[0])
-
-
-def cpu_pair():
-    """The first two CPUs this process may run on, or None with fewer."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
-    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
-
-
-def cache_line_round_trip():
-    """Nanoseconds a cache line takes between the first two CPUs and back
-    (mt_asyncio's native probe), or None where it cannot be measured.
-
-    Every hand-over between two workers pays it. On a VM it is where the
-    host put the virtual CPUs, and it can change under a running guest:
-    on this project's 2-vCPU VM it sat near 55 ns for minutes, then near
-    320 ns for minutes, and two-worker cells whose workers talk all the
-    time (`echo_streams_inproc`) ran 1.6x slower while it did. The report
-    states it beside the steal time, measured before every cell."""
-    pair = cpu_pair()
-    if pair is None:
-        return None
-    try:
-        from mt_asyncio import _core
-    except ImportError:
-        return None
-    return _core._cpu_round_trip_ns(*pair, rounds=20000, samples=5,
-                                    budget_seconds=2.0)
-
-
-def round_trip_summary(values, pair):
-    """The run's cache-line round trips: their range and median, and how
-    many cells ran while it was over twice the run's lowest (the vCPUs
-    placed apart). None when none was measured."""
-    known = [v for v in values if v is not None]
-    if not known:
-        return None
-    low = min(known)
-    return {"cpus": list(pair), "min_ns": low, "median_ns": statistics.median(known),
-            "max_ns": max(known), "cells": len(values),
-            "far_cells": sum(v > 2 * low for v in known)}
 
 
 # Runs one cell in its process; imports only the backends and workloads.
@@ -555,7 +513,7 @@ def main(argv=None):
                  for threads in ([1] if backend in backends.SINGLE_THREADED
                                  else args.threads)]
         def run_cell(backend, threads):
-            round_trip = cache_line_round_trip()
+            round_trip = hostcpu.cache_line_round_trip()
             result = spawn_cell(backend, workload, threads, args.scale, args.cell_timeout)
             round_trips.append(round_trip)
             return {**result, "cpu_round_trip_ns": round_trip}
@@ -606,7 +564,7 @@ def main(argv=None):
     if stolen is not None:
         print(f"CPU time stolen by the hypervisor during the run: {stolen:.1%} "
               "(/proc/stat; above a few percent, expect wide spreads)")
-    round_trip = round_trip_summary(round_trips, cpu_pair())
+    round_trip = hostcpu.summary(round_trips)
     if round_trip is not None:
         print(f"cache-line round trip between CPUs {round_trip['cpus'][0]} and "
               f"{round_trip['cpus'][1]}, before each cell: "

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -67,8 +68,7 @@ std::optional<double> CacheLineRoundTripNs(int cpu_a, int cpu_b, int rounds,
     }
   });
 
-  std::vector<double> per_round;
-  bool finished = false;
+  std::vector<double> per_round;  // Complete only if every sample ran.
   std::thread asker([&] {
     if (!PinTo(cpu_a)) {
       abandoned.store(true, std::memory_order_relaxed);
@@ -97,12 +97,13 @@ std::optional<double> CacheLineRoundTripNs(int cpu_a, int cpu_b, int rounds,
           Clock::now() - start;
       per_round.push_back(took.count() / rounds);
     }
-    finished = true;
   });
   asker.join();
   abandoned.store(true, std::memory_order_relaxed);
   answerer.join();
-  if (!finished) return std::nullopt;
+  if (per_round.size() != static_cast<std::size_t>(samples)) {
+    return std::nullopt;
+  }
   std::nth_element(per_round.begin(), per_round.begin() + per_round.size() / 2,
                    per_round.end());
   return per_round[per_round.size() / 2];

@@ -128,7 +128,6 @@ int CancelWaiter(PyObject* waiter, PyObject* msg) {
 
 namespace {
 
-// What the coroutine yielded: decide what to wait for.
 // What a coroutine's cr_await getter returns: the object its frame awaits
 // (a new reference), or None. Found once in PyCoro_Type's getsets.
 getter coro_await_getter = nullptr;
@@ -158,6 +157,7 @@ void ShareAwaitChain(PyObject* coro) {
   }
 }
 
+// What the coroutine yielded: decide what to wait for.
 void HandleYield(PyObject* self, PyObject* result) {
   TaskObject* t = AsTask(self);
   PyObject* loop = t->base.loop;
