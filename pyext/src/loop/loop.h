@@ -91,6 +91,7 @@ struct TaskLink {
   TaskLink* prev = nullptr;
   TaskLink* next = nullptr;
   PyObject* owner = nullptr;  // Borrowed.
+  std::uint32_t shard = 0;    // The registry shard it was put in.
 };
 void LoopRegisterTask(PyObject* loop, PyObject* task, TaskLink* link);
 void LoopUnregisterTask(PyObject* loop, TaskLink* link);

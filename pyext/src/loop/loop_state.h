@@ -114,10 +114,14 @@ struct LoopState {
   // create_task would meet) in the usual case of none.
   std::atomic<bool> has_task_factory{false};
   // Pending tasks, for all_tasks(): intrusive lists (no allocation, no
-  // hashing) sharded by address so task creation and completion on many
-  // workers rarely meet on one mutex. Entries are borrowed: a task is
-  // registered from creation until it completes (or is dropped unrun), and
-  // all that time its step unit holds it alive.
+  // hashing). A task goes in the shard of the thread that registers it and
+  // leaves from the one its link names. Tasks are usually made and
+  // finished by one worker, so a worker's registrations and removals touch
+  // its own shard's lock and list neighbours; sharded by address instead,
+  // every registration and removal wrote a cache line another worker had
+  // just written (churn at two workers paid it on every task). Entries are
+  // borrowed: a task is registered from creation until it completes (or
+  // is dropped unrun), and all that time its step unit holds it alive.
   static constexpr std::size_t kTaskShards = 16;
   struct alignas(64) TaskShard {
     TaskShard() { head.prev = head.next = &head; }
@@ -129,10 +133,10 @@ struct LoopState {
   TaskShard task_shards[kTaskShards];
   // File descriptors registered for add_reader/add_writer and transports.
   FdTable fds;
-  TaskShard& ShardFor(PyObject* task) {
-    const auto h = reinterpret_cast<std::uintptr_t>(task) >> 6;
-    return task_shards[h % kTaskShards];
-  }
+  // The calling thread's shard: threads are numbered in the order they
+  // first register a task (any loop), so up to kTaskShards threads each
+  // have one of their own.
+  static std::uint32_t ThisThreadsShard();
 };
 
 struct LoopObject {

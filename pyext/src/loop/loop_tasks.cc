@@ -2,6 +2,7 @@
 // the first steps gather() holds back) and the loop's registry of pending
 // tasks behind all_tasks().
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <utility>
@@ -250,8 +251,16 @@ bool HeldFirstSteps::Hold(PyObject* loop, PyObject* task, runtime::task::Task* u
   return true;
 }
 
+std::uint32_t loop_internal::LoopState::ThisThreadsShard() {
+  static std::atomic<std::uint32_t> threads_seen{0};
+  thread_local const std::uint32_t shard =
+      threads_seen.fetch_add(1, std::memory_order_relaxed) % loop_internal::LoopState::kTaskShards;
+  return shard;
+}
+
 void LoopRegisterTask(PyObject* loop, PyObject* task, TaskLink* link) {
-  auto& shard = StateOf(loop)->ShardFor(task);
+  link->shard = loop_internal::LoopState::ThisThreadsShard();
+  auto& shard = StateOf(loop)->task_shards[link->shard];
   link->owner = task;
   std::lock_guard<ShardLock> lock(shard.mu);
   ++shard.registered;
@@ -263,7 +272,7 @@ void LoopRegisterTask(PyObject* loop, PyObject* task, TaskLink* link) {
 }
 
 void LoopUnregisterTask(PyObject* loop, TaskLink* link) {
-  auto& shard = StateOf(loop)->ShardFor(link->owner);
+  auto& shard = StateOf(loop)->task_shards[link->shard];
   std::lock_guard<ShardLock> lock(shard.mu);
   if (link->next == nullptr) return;  // Not registered.
   --shard.live;

@@ -196,18 +196,21 @@ void HandleYield(PyObject* self, PyObject* result) {
   }
   PyObject* error = nullptr;
   if (blocking > 0) {
-    PyObject* fut_loop;
+    bool same_loop;
     if (ours) {
-      fut_loop = Py_NewRef(reinterpret_cast<FutureObject*>(result)->loop);
+      // Compared, not held: `result` holds its loop for as long as we hold
+      // `result`. A reference taken here would be one more write to the
+      // loop's shared refcount, which every worker's every await makes.
+      same_loop = reinterpret_cast<FutureObject*>(result)->loop == loop;
     } else {
-      fut_loop = PyObject_CallMethodNoArgs(result, str_get_loop);
+      PyObject* fut_loop = PyObject_CallMethodNoArgs(result, str_get_loop);
       if (fut_loop == nullptr) {
         WakeWithException(self, PyErr_GetRaisedException());
         return;
       }
+      same_loop = fut_loop == loop;
+      Py_DECREF(fut_loop);
     }
-    const bool same_loop = fut_loop == loop;
-    Py_DECREF(fut_loop);
     if (!same_loop) {
       error = PyUnicode_FromFormat("Task %R got Future %R attached to a different loop",
                                    self, result);
