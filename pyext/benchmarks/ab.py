@@ -26,7 +26,11 @@ trip between the first two CPUs (where the build has the probe;
 hostcpu.py): the row gives its range and how many cells
 ran with it above twice the row's lowest. The host can move the vCPUs
 apart for minutes, and a row whose cells ran in both placements compares
-nothing for multi-worker workloads.
+nothing for multi-worker workloads by its medians: the last two columns
+compare the builds round by round instead, over the rounds whose two
+cells both ran close (both within twice the row's lowest) and over those
+whose two both ran apart: the median of after/before, and in how many of
+those rounds after was faster.
 """
 
 import argparse
@@ -89,6 +93,23 @@ def _trip_range(trips):
             f"| {trip['far_cells']} of {trip['cells']}")
 
 
+def _paired_by_placement(pairs, far):
+    """'ratio (after faster in k of n)' over the rounds whose two cells
+    both ran apart (`far`) or both close; '—' when there is none."""
+    trips = [t for p in pairs for t in (p[2], p[3]) if t is not None]
+    if not trips:
+        return "—"
+    low = min(trips)
+    chosen = [(b, a) for b, a, tb, ta in pairs
+              if tb is not None and ta is not None
+              and (tb > 2 * low) == far and (ta > 2 * low) == far]
+    if not chosen:
+        return "—"
+    ratio = statistics.median(a / b for b, a in chosen)
+    faster = sum(a < b for b, a in chosen)
+    return f"{ratio:.3f} ({faster} of {len(chosen)})"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", required=True)
@@ -105,22 +126,27 @@ def main():
               "after": os.path.abspath(args.after)}
     print("| workload | workers | before | after | after/before "
           "| before range | after range | busy before | busy after "
-          "| round trip ns | far cells |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| round trip ns | far cells | rounds close | rounds apart |")
+    print("|" + " --- |" * 13)
     for workload in args.workloads:
         for threads in (int(t) for t in args.threads.split(",")):
             times = {"before": [], "after": []}
             busy = {"before": [], "after": []}
             trips = []
+            pairs = []  # (before s, after s, before trip, after trip) per round
             for r in range(args.rounds):
                 order = ("before", "after") if r % 2 == 0 else ("after", "before")
+                trip_of = {}
                 for name in order:
                     scrape = args.after_scrape if name == "after" else 0
                     took, busy_share, trip = run_cell(builds[name], workload, threads,
                                                       args.scale, scrape)
                     trips.append(trip)
+                    trip_of[name] = trip
                     times[name].append(took)
                     busy[name].append(busy_share)
+                pairs.append((times["before"][-1], times["after"][-1],
+                              trip_of["before"], trip_of["after"]))
             b = statistics.median(times["before"])
             a = statistics.median(times["after"])
             print(f"| {workload} | {threads} | {b:.3f} | {a:.3f} | {a / b:.2f}× "
@@ -128,7 +154,9 @@ def main():
                   f"| {min(times['after']):.3f}–{max(times['after']):.3f} "
                   f"| {statistics.median(busy['before']):.2f} "
                   f"| {statistics.median(busy['after']):.2f} "
-                  f"| {_trip_range(trips)} |",
+                  f"| {_trip_range(trips)} "
+                  f"| {_paired_by_placement(pairs, far=False)} "
+                  f"| {_paired_by_placement(pairs, far=True)} |",
                   flush=True)
 
 
