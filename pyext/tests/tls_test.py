@@ -372,6 +372,11 @@ def test_buffered_protocol_and_pause_reading(certs):
 
         def connection_made(self, transport):
             self.transport = transport
+            # Paused before anything can arrive: paused only once
+            # create_connection() returned, the server's 200 KB could
+            # all be in by then (workers read the connection while the
+            # task waits to resume; seen once in CI).
+            transport.pause_reading()
 
         def get_buffer(self, sizehint):
             return self.buf
@@ -397,7 +402,6 @@ def test_buffered_protocol_and_pause_reading(certs):
         loop = asyncio.get_running_loop()
         transport, proto = await loop.create_connection(
             Collect, "127.0.0.1", port, ssl=client_ctx(certs), server_hostname="localhost")
-        transport.pause_reading()
         assert not transport.is_reading()
         await asyncio.sleep(0.2)
         assert len(proto.got) < len(payload)

@@ -254,7 +254,7 @@ bool HeldFirstSteps::Hold(PyObject* loop, PyObject* task, runtime::task::Task* u
 std::uint32_t loop_internal::LoopState::ThisThreadsShard() {
   static std::atomic<std::uint32_t> threads_seen{0};
   thread_local const std::uint32_t shard =
-      threads_seen.fetch_add(1, std::memory_order_relaxed) % loop_internal::LoopState::kTaskShards;
+      threads_seen.fetch_add(1, std::memory_order_relaxed) % kTaskShards;
   return shard;
 }
 
