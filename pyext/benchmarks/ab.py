@@ -96,13 +96,9 @@ def _trip_range(trips):
 def _paired_by_placement(pairs, far):
     """'ratio (after faster in k of n)' over the rounds whose two cells
     both ran apart (`far`) or both close; '—' when there is none."""
-    trips = [t for p in pairs for t in (p[2], p[3]) if t is not None]
-    if not trips:
-        return "—"
-    low = min(trips)
-    chosen = [(b, a) for b, a, tb, ta in pairs
-              if tb is not None and ta is not None
-              and (tb > 2 * low) == far and (ta > 2 * low) == far]
+    placed = hostcpu.apart([t for p in pairs for t in (p[2], p[3])])
+    chosen = [(b, a) for (b, a, _, _), pb, pa in zip(pairs, placed[0::2], placed[1::2])
+              if pb is far and pa is far]
     if not chosen:
         return "—"
     ratio = statistics.median(a / b for b, a in chosen)
@@ -132,7 +128,6 @@ def main():
         for threads in (int(t) for t in args.threads.split(",")):
             times = {"before": [], "after": []}
             busy = {"before": [], "after": []}
-            trips = []
             pairs = []  # (before s, after s, before trip, after trip) per round
             for r in range(args.rounds):
                 order = ("before", "after") if r % 2 == 0 else ("after", "before")
@@ -141,7 +136,6 @@ def main():
                     scrape = args.after_scrape if name == "after" else 0
                     took, busy_share, trip = run_cell(builds[name], workload, threads,
                                                       args.scale, scrape)
-                    trips.append(trip)
                     trip_of[name] = trip
                     times[name].append(took)
                     busy[name].append(busy_share)
@@ -154,7 +148,7 @@ def main():
                   f"| {min(times['after']):.3f}–{max(times['after']):.3f} "
                   f"| {statistics.median(busy['before']):.2f} "
                   f"| {statistics.median(busy['after']):.2f} "
-                  f"| {_trip_range(trips)} "
+                  f"| {_trip_range([t for p in pairs for t in (p[2], p[3])])} "
                   f"| {_paired_by_placement(pairs, far=False)} "
                   f"| {_paired_by_placement(pairs, far=True)} |",
                   flush=True)

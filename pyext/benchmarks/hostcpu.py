@@ -39,14 +39,20 @@ def cache_line_round_trip():
     return probe(*pair, rounds=20000, samples=5, budget_seconds=2.0)
 
 
+def apart(values):
+    """For each round trip, whether it is over twice the lowest of
+    `values` (the vCPUs placed apart); None where it was not measured."""
+    known = [v for v in values if v is not None]
+    low = min(known) if known else None
+    return [None if v is None else v > 2 * low for v in values]
+
+
 def summary(values):
     """Round trips measured one per cell: their range and median, and how
-    many cells ran while it was over twice the lowest (the vCPUs placed
-    apart). None when none was measured."""
+    many cells ran with the vCPUs apart. None when none was measured."""
     known = [v for v in values if v is not None]
     if not known:
         return None
-    low = min(known)
-    return {"cpus": list(cpu_pair() or ()), "min_ns": low,
+    return {"cpus": list(cpu_pair() or ()), "min_ns": min(known),
             "median_ns": statistics.median(known), "max_ns": max(known),
-            "cells": len(values), "far_cells": sum(v > 2 * low for v in known)}
+            "cells": len(values), "far_cells": sum(a is True for a in apart(values))}

@@ -1,25 +1,17 @@
 #include "runtime/task/task.h"
 
-#include <atomic>
+#include <cstdint>
 #include <cstdlib>
+
+#include "runtime/task/blocked_sequence.h"
 
 namespace mt::runtime::task {
 namespace {
 
 // Ids are handed out in per-thread blocks so spawning from many threads
 // does not contend on one counter.
-std::atomic<std::uint64_t> next_id_block{1};
-constexpr std::uint64_t kIdBlock = 1024;
-
-std::uint64_t NextId() {
-  thread_local std::uint64_t next = 0;
-  thread_local std::uint64_t end = 0;
-  if (next == end) {
-    next = next_id_block.fetch_add(kIdBlock, std::memory_order_relaxed);
-    end = next + kIdBlock;
-  }
-  return next++;
-}
+struct UnitIds;
+std::uint64_t NextId() { return NextInSequence<UnitIds, 1024>(); }
 
 }  // namespace
 

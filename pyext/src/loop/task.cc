@@ -18,6 +18,7 @@
 #include "pyext/src/loop/loop.h"
 #include "pyext/src/loop/task_object.h"
 #include "runtime/metrics/cycle_clock.h"
+#include "runtime/task/blocked_sequence.h"
 #include "runtime/task/task.h"
 
 namespace mt::pyext {
@@ -32,22 +33,13 @@ using task_internal::WakeTask;
 
 PyTypeObject* task_type = nullptr;
 // The numbers of default task names ("Task-N"), handed to each thread in
-// blocks: one shared counter was a cache line that every worker's
+// blocks of 64: one shared counter was a cache line that every worker's
 // create_task wrote. Numbers stay unique, and increase in creation order
 // on each thread (as CPython's test_asyncio checks); across threads they
 // follow no order, as tasks created in parallel have none.
-constexpr std::uint64_t kTaskNumberBlock = 64;
-std::atomic<std::uint64_t> next_task_number_block{1};
-
+struct TaskNumbers;
 std::uint64_t NextTaskNumber() {
-  thread_local std::uint64_t next = 0;
-  thread_local std::uint64_t block_end = 0;
-  if (next == block_end) {
-    next = next_task_number_block.fetch_add(kTaskNumberBlock,
-                                            std::memory_order_relaxed);
-    block_end = next + kTaskNumberBlock;
-  }
-  return next++;
+  return rt_task::NextInSequence<TaskNumbers, 64>();
 }
 
 PyObject* task_repr = nullptr;   // asyncio.base_tasks._task_repr
