@@ -1,5 +1,6 @@
 #include "runtime/scheduler/strand.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct HeldWake {
   task::ScheduleKind kind;
   Strand* strand;  // nullptr for a plain unit.
   std::uint64_t seq;
+  // The units ever queued on the strand whose unit made the wake, at the
+  // moment (Strand::pushed_): those went before it.
+  std::uint64_t waker_pushed;
 };
 
 // The wakes held by the RunScopes open on this thread, how many scopes are
@@ -70,6 +74,13 @@ bool Strand::Excludes(const Strand* other) const {
 }
 
 bool Strand::EnterAncestors() {
+  // The number of our next unit: whether it was queued before or after a
+  // wake of an ancestor (woken_ancestors_).
+  std::uint64_t next_unit = 0;
+  if (!woken_ancestors_.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_unit = popped_;
+  }
   for (Strand* a = parent_; a != nullptr; a = a->parent_) {
     {
       std::lock_guard<std::mutex> lock(a->gate_mu_);
@@ -77,8 +88,10 @@ bool Strand::EnterAncestors() {
       // (A waiting writer keeps its ticket: nothing is popped from its
       // queue while it waits, so no push finds the queue empty.)
       if (!a->writer_running_ &&
-          (!a->writer_waiting_ || ticket_.load(std::memory_order_relaxed) <
-                                      a->ticket_.load(std::memory_order_relaxed))) {
+          (!a->writer_waiting_ ||
+           ticket_.load(std::memory_order_relaxed) <
+               a->ticket_.load(std::memory_order_relaxed)) &&
+          !WaitsForRunOf(a, next_unit)) {
         ++a->readers_;
         continue;
       }
@@ -89,6 +102,32 @@ bool Strand::EnterAncestors() {
     return false;
   }
   return true;
+}
+
+bool Strand::WaitsForRunOf(const Strand* ancestor, std::uint64_t next_unit) {
+  bool waits = false;
+  for (std::size_t i = 0; i < woken_ancestors_.size();) {
+    const WokenAncestor& woken = woken_ancestors_[i];
+    if (woken.strand != ancestor) {
+      ++i;
+    } else if (woken.writer_entries !=
+               ancestor->writer_entries_.load(std::memory_order_relaxed)) {
+      // It has run since: forgotten.
+      woken_ancestors_[i] = woken_ancestors_.back();
+      woken_ancestors_.pop_back();
+    } else {
+      waits = waits || next_unit >= woken.queued_before;
+      ++i;
+    }
+  }
+  return waits;
+}
+
+std::uint64_t Strand::QueuedBeforeAncestorWakes() const {
+  std::uint64_t first = UINT64_MAX;
+  for (const WokenAncestor& woken : woken_ancestors_)
+    first = std::min(first, woken.queued_before);
+  return first;
 }
 
 void Strand::LeaveAncestors(const Strand* stop) {
@@ -110,6 +149,7 @@ bool Strand::EnterSelf() {
   }
   writer_running_ = true;
   writer_waiting_ = false;
+  writer_entries_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -172,6 +212,7 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
       if (queue_.empty()) TakeTicket();
       seq = popped_ + queue_.size();
       queue_.push_back(Queued{task, hold});
+      pushed_.store(seq + 1, std::memory_order_relaxed);
       task = nullptr;
     }
   }
@@ -181,7 +222,14 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
   }
   if (hold) {
     Ref();  // Held until the running unit's scope hands it over.
-    held_wakes.push_back(HeldWake{nullptr, nullptr, kind, this, seq});
+    // Read here, not when the run ends: the running unit requeued for a
+    // wake during its run (the reactor's next report) comes after this.
+    const std::uint64_t waker_pushed =
+        polling_strand != nullptr
+            ? polling_strand->pushed_.load(std::memory_order_relaxed)
+            : 0;
+    held_wakes.push_back(
+        HeldWake{nullptr, nullptr, kind, this, seq, waker_pushed});
     return;
   }
   // One wake per unit queued. While the strand runs, the state word
@@ -240,23 +288,43 @@ bool Strand::RunScope::HoldsWakeOfDescendantOf(const Strand* strand) const {
   return false;
 }
 
+bool Strand::RunScope::RecordWakesOfAncestorsOf(Strand* strand) const {
+  bool any = false;
+  for (std::size_t i = start_; i < held_wakes.size(); ++i) {
+    Strand* woken = held_wakes[i].strand;
+    if (woken == nullptr || woken == strand || !woken->Excludes(strand))
+      continue;
+    // No lock: its writer cannot enter while `strand` polls (a reader).
+    const std::uint64_t entries =
+        woken->writer_entries_.load(std::memory_order_relaxed);
+    strand->woken_ancestors_.push_back(
+        WokenAncestor{woken, entries, held_wakes[i].waker_pushed});
+    any = true;
+  }
+  return any;
+}
+
 bool Strand::HoldBehindHeldWakes(task::Task* task, task::Executor* target,
                                  task::ScheduleKind kind) {
   if (handing_over || open_scopes == 0 || held_wakes.size() <= innermost_start ||
       kind == task::ScheduleKind::kRemote) {
     return false;
   }
-  held_wakes.push_back(HeldWake{task, target, kind, nullptr, 0});
+  held_wakes.push_back(HeldWake{task, target, kind, nullptr, 0, 0});
   return true;
 }
 
 void Strand::OnComplete(task::Task* task) { executor()->OnComplete(task); }
 
-task::Task* Strand::Pop() {
+task::Task* Strand::Pop(std::uint64_t stop_at, bool* stopped) {
   std::lock_guard<std::mutex> lock(mu_);
   // A held unit is not run before its scope hands it over, nor what was
   // queued after it; the hand-over wakes the strand again.
   if (queue_.empty() || queue_.front().held) return nullptr;
+  if (popped_ >= stop_at) {
+    *stopped = true;
+    return nullptr;
+  }
   task::Task* task = queue_.front().task;
   queue_.pop_front();
   ++popped_;
@@ -278,10 +346,21 @@ bool Strand::Poll() {
   // Nothing was runnable: the queue was empty (the next push tickets) or
   // its front held (the hand-over wakes the strand). No wake to ask for.
   bool nothing_runnable = false;
+  // Our units queued after a wake of an ancestor wait for its run.
+  std::uint64_t stop_at = QueuedBeforeAncestorWakes();
   for (; ran < kBudget; ++ran) {
-    task::Task* task = Pop();
+    bool at_ancestor_wake = false;
+    task::Task* task = Pop(stop_at, &at_ancestor_wake);
     if (task == nullptr) {
-      nothing_runnable = true;
+      // At a unit queued after a wake of an ancestor, the next poll
+      // queues on that ancestor (EnterAncestors) until it has run: on a
+      // one-thread loop the task data_received woke steps before the
+      // connection's next callback.
+      if (at_ancestor_wake) {
+        gave_way = true;
+      } else {
+        nothing_runnable = true;
+      }
       break;
     }
     // A unit that wakes itself while it runs is pushed back on this queue
@@ -291,6 +370,8 @@ bool Strand::Poll() {
       RunScope scope;
       task::RunTask(task);
       woke_descendant = scope.HoldsWakeOfDescendantOf(this);
+      if (scope.RecordWakesOfAncestorsOf(this))
+        stop_at = QueuedBeforeAncestorWakes();
     }
     if (unit_yielded_) {
       // It asked to let others go first (asyncio.sleep(0)): running it
@@ -342,6 +423,12 @@ void Strand::OnCancel() {
     popped_ += queued.size();
   }
   for (const Queued& entry : queued) CancelQueued(entry.task);
+  {
+    // A descendant waiting for our next run (woken_ancestors_) waits no
+    // more: there is none to come.
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    writer_entries_.fetch_add(1, std::memory_order_relaxed);
+  }
   WakeBlocked();  // Their own cancel paths run from their wakes.
 }
 

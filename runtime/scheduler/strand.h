@@ -51,7 +51,9 @@ namespace mt::runtime::scheduler {
 // to — other strands, this strand's children — runs before it again; so
 // does a unit that wakes one of this strand's descendants, which could not
 // run before the poll ends, so that it runs before the units queued here
-// after it, as on a one-thread loop.
+// after it, as on a one-thread loop. After a unit that wakes an ancestor,
+// the strand's units queued later wait for that ancestor's next run: the
+// woken unit goes first, as on a one-thread loop.
 //
 // Lifetime: reference counted through its unit state; each bound unit holds
 // one reference (Retain/Release), the creator another.
@@ -145,6 +147,10 @@ class Strand final : public task::Task, public task::Executor {
     // Whether a wake held since this scope began is for a strand below
     // `strand` (not `strand` itself).
     bool HoldsWakeOfDescendantOf(const Strand* strand) const;
+    // Records in `strand` each of its ancestors a wake held since this
+    // scope began is for (see Strand::woken_ancestors_); whether any was.
+    // Called by `strand`'s poll, which is a reader of them all.
+    bool RecordWakesOfAncestorsOf(Strand* strand) const;
 
    private:
     const std::size_t start_;
@@ -163,14 +169,21 @@ class Strand final : public task::Task, public task::Executor {
 
  private:
   Strand(Strand* parent, Inherit inherit, std::uint64_t made_for);
-  // The next unit, or nullptr when none is queued or the front one is held.
-  task::Task* Pop();
+  // The next unit, or nullptr when none is queued or the front one is held,
+  // or (`*stopped` set) when it is numbered `stop_at` or later.
+  task::Task* Pop(std::uint64_t stop_at, bool* stopped);
   // A RunScope's hand-over: the unit queued at `seq` may run; wakes us.
   void ReleaseHeld(std::uint64_t seq, task::ScheduleKind kind);
   // The gate. Enter every ancestor as a reader, nearest first; on an
   // ancestor that runs or waits to, queue on it (it wakes us) and back
   // out of the ones entered. Returns whether all were entered.
   bool EnterAncestors();
+  // Whether our next unit (numbered `next_unit`) was queued after a unit
+  // of ours woke `ancestor`, which has not run since; forgets the wakes
+  // of `ancestor` it has run since. Under ancestor->gate_mu_.
+  bool WaitsForRunOf(const Strand* ancestor, std::uint64_t next_unit);
+  // The number of our first unit queued after a recorded ancestor wake.
+  std::uint64_t QueuedBeforeAncestorWakes() const;
   // Leaves the ancestors entered, below `stop` (nullptr: all of them); an
   // ancestor waiting for its last reader is woken.
   void LeaveAncestors(const Strand* stop);
@@ -198,6 +211,10 @@ class Strand final : public task::Task, public task::Executor {
   // Units ever taken off the queue's front: queue_[seq - popped_] is the
   // unit queued as number `seq`. Guarded by mu_.
   std::uint64_t popped_ = 0;
+  // Units ever queued (popped_ + queue_.size()); written under mu_, read
+  // without it by the strand's own poll thread when its unit wakes an
+  // ancestor (the HeldWake remembers which of ours came before).
+  std::atomic<std::uint64_t> pushed_{0};
   bool cancelled_ = false;         // Guarded by mu_.
   // Set by Schedule when the unit running in this strand's poll yields
   // (kYield: asyncio.sleep(0)); only that thread touches it.
@@ -213,6 +230,29 @@ class Strand final : public task::Task, public task::Executor {
   bool writer_waiting_ = false;  // Guarded by gate_mu_.
   // Descendants that found us running or waiting; one reference each.
   std::vector<Strand*> blocked_;  // Guarded by gate_mu_.
+  // Times the writer entered (or the strand was cancelled): a descendant
+  // that woke us waits until it moves on (woken_ancestors_). Written under
+  // gate_mu_; a running descendant may read it without (it cannot change
+  // while one runs).
+  std::atomic<std::uint64_t> writer_entries_{0};
+
+  // The ancestors a unit of this strand woke, with their writer_entries_
+  // at the time and the number of our units queued by then: a unit of
+  // ours queued after the wake runs only after the ancestor has run once
+  // since. A connection's data_received that wakes the task owning it is
+  // followed, on a one-thread loop, by that task's step before the
+  // connection's next callback (a task woken by a response finds the
+  // transport open even if the peer closed right after it; aiohttp's
+  // ws_connect() asserts so), while what was queued before the wake (a
+  // connection_lost the close() before it scheduled) goes first. Only the
+  // thread polling this strand touches it; the ancestors outlive it
+  // (parent_ chain).
+  struct WokenAncestor {
+    Strand* strand;
+    std::uint64_t writer_entries;
+    std::uint64_t queued_before;
+  };
+  std::vector<WokenAncestor> woken_ancestors_;
 };
 
 }  // namespace mt::runtime::scheduler

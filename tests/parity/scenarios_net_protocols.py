@@ -592,6 +592,55 @@ async def proto_many_connections_callbacks_never_overlap(aio):
 
 
 @scenario
+async def proto_task_woken_by_data_runs_before_the_next_callback(aio):
+    """A server answers and closes at once. The task that data_received
+    woke runs before the connection's next callback, so it finds the
+    transport open and eof_received not delivered yet (on a one-thread
+    loop the end of stream is read in a later iteration than the data;
+    aiohttp's ws_connect() asserts the transport is still there)."""
+    loop = aio.get_running_loop()
+
+    class AnswerAndClose(aio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def data_received(self, data):
+            self.transport.write(b"answer")
+            self.transport.close()
+
+    class Client(aio.Protocol):
+        def __init__(self):
+            self.log = []
+            self.answered = loop.create_future()
+            self.done = loop.create_future()
+
+        def data_received(self, data):
+            self.log.append("data")
+            if not self.answered.done():
+                self.answered.set_result(None)
+
+        def eof_received(self):
+            self.log.append("eof")
+
+        def connection_lost(self, exc):
+            self.log.append("lost")
+            self.done.set_result(None)
+
+    server = await loop.create_server(AnswerAndClose, "127.0.0.1", 0)
+    seen = []
+    for _ in range(40):
+        transport, client = await loop.create_connection(
+            Client, "127.0.0.1", port_of(server))
+        transport.write(b"ask")
+        await aio.wait_for(client.answered, TIMEOUT)
+        seen.append((tuple(client.log), transport.is_closing()))
+        await aio.wait_for(client.done, TIMEOUT)
+    server.close()
+    await aio.wait_for(server.wait_closed(), TIMEOUT)
+    return sorted(set(seen))
+
+
+@scenario
 async def proto_transports_are_asyncio_transports(aio):
     """isinstance() checks written for stdlib's transports hold (libraries
     test `isinstance(transport, asyncio.Transport)`)."""
