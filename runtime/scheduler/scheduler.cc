@@ -781,8 +781,16 @@ void Scheduler::Worker::Park() {
     scheduler->NotifyIfWorkPending(std::nullopt);
   }
   metrics::OwnerAdd(slot->metrics.parks, 1);
-  // A rerun asked for while this worker was busy: before_park below is it.
-  slot->rerun_park_hooks.exchange(false, std::memory_order_acquire);
+  // A rerun asked for while this worker was busy: before_park below is it,
+  // after a before_idle, for what was handed to this thread since its last
+  // look (a closing loop's last step, on another worker, dropping the
+  // objects this worker made: free-threaded CPython queues them here, and
+  // a parked thread keeps them until it next runs Python code). What that
+  // queues is found below: RerunParkHooks' unpark makes the park return.
+  if (slot->rerun_park_hooks.exchange(false, std::memory_order_acquire) &&
+      scheduler->hooks_.before_idle) {
+    scheduler->hooks_.before_idle(index);
+  }
   RunHook(scheduler->hooks_.before_park, index);
   SetPhase(slot->metrics, metrics::WorkerPhase::kParked);
   parked = true;
