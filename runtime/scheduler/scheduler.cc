@@ -67,6 +67,8 @@ class Scheduler::Worker {
   }
   task::Task* NextTask();
   task::Task* StealWork();
+  // Looks again for idle_spin_us (see SchedulerOptions), as a searcher.
+  task::Task* SpinForWork();
   void RunWithLifo(task::Task* task);
   void RunOne(task::Task* task);
   void BeginBusyPeriod();
@@ -582,6 +584,10 @@ void Scheduler::Worker::Run() {
       RunWithLifo(t);
       continue;
     }
+    if (task::Task* t = SpinForWork()) {
+      RunWithLifo(t);
+      continue;
+    }
     // Not parked yet: whatever the hook queues is found by the next look,
     // never stranded behind a park.
     if (scheduler->hooks_.before_idle && scheduler->hooks_.before_idle(index)) continue;
@@ -656,6 +662,35 @@ task::Task* Scheduler::Worker::StealWork() {
     }
   }
   return scheduler->injector_.Pop();
+}
+
+// Work that units hand each other every few microseconds (tasks taking
+// turns on one lock or queue) often leaves a worker with nothing for a
+// moment; parking then costs a futex or eventfd wake and a reschedule per
+// gap, more than the gap itself. primitive_ops at two workers parked about
+// 3,000 times per cell and ran slower than one worker; looking on for a
+// bounded while first (as Go's spinning threads do) parks a few dozen
+// times (docs/benchmarks.md). A lone worker has nobody to take work from.
+task::Task* Scheduler::Worker::SpinForWork() {
+  const std::uint32_t spin_us = scheduler->options_.idle_spin_us;
+  if (spin_us == 0 || !searching || scheduler->target_workers() < 2) {
+    return nullptr;
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  do {
+    for (int i = 0; i < 32; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#elif defined(__aarch64__)
+      asm volatile("yield" ::: "memory");
+#endif
+    }
+    if (scheduler->closed()) return nullptr;
+    if (task::Task* t = NextTask()) return t;
+    if (task::Task* t = StealWork()) return t;
+  } while (std::chrono::steady_clock::now() < deadline);
+  return nullptr;
 }
 
 void Scheduler::Worker::LeaveSearching() {

@@ -47,6 +47,10 @@ struct SchedulerOptions {
   // heaps, malloc arenas) is then made once per slot, not once per resize:
   // a service resized every few seconds keeps a flat RSS.
   bool keep_retired_threads = true;
+  // A worker that found nothing to run keeps looking this long before it
+  // parks (while it holds a searcher's place, so producers wake nobody
+  // meanwhile). 0: park at once.
+  std::uint32_t idle_spin_us = 20;
 };
 
 // The multi-threaded work-stealing scheduler.
