@@ -279,29 +279,24 @@ Strand::RunScope::~RunScope() {
   handing_over = outer_handing_over;
 }
 
-bool Strand::RunScope::HoldsWakeOfDescendantOf(const Strand* strand) const {
-  for (std::size_t i = start_; i < held_wakes.size(); ++i) {
-    const Strand* woken = held_wakes[i].strand;
-    if (woken == nullptr) continue;  // A plain unit.
-    if (woken != strand && strand->Excludes(woken)) return true;
-  }
-  return false;
-}
-
-bool Strand::RunScope::RecordWakesOfAncestorsOf(Strand* strand) const {
-  bool any = false;
+Strand::RunScope::WakesSeen Strand::RunScope::SortWakesFor(
+    Strand* strand) const {
+  WakesSeen seen;
   for (std::size_t i = start_; i < held_wakes.size(); ++i) {
     Strand* woken = held_wakes[i].strand;
-    if (woken == nullptr || woken == strand || !woken->Excludes(strand))
-      continue;
-    // No lock: its writer cannot enter while `strand` polls (a reader).
-    const std::uint64_t entries =
-        woken->writer_entries_.load(std::memory_order_relaxed);
-    strand->woken_ancestors_.push_back(
-        WokenAncestor{woken, entries, held_wakes[i].waker_pushed});
-    any = true;
+    if (woken == nullptr || woken == strand) continue;  // Plain, or ours.
+    if (strand->Excludes(woken)) {
+      seen.descendant = true;
+    } else if (woken->Excludes(strand)) {
+      // No lock: its writer cannot enter while `strand` polls (a reader).
+      const std::uint64_t entries =
+          woken->writer_entries_.load(std::memory_order_relaxed);
+      strand->woken_ancestors_.push_back(
+          WokenAncestor{woken, entries, held_wakes[i].waker_pushed});
+      seen.ancestor = true;
+    }
   }
-  return any;
+  return seen;
 }
 
 bool Strand::HoldBehindHeldWakes(task::Task* task, task::Executor* target,
@@ -369,9 +364,9 @@ bool Strand::Poll() {
     {
       RunScope scope;
       task::RunTask(task);
-      woke_descendant = scope.HoldsWakeOfDescendantOf(this);
-      if (scope.RecordWakesOfAncestorsOf(this))
-        stop_at = QueuedBeforeAncestorWakes();
+      const RunScope::WakesSeen seen = scope.SortWakesFor(this);
+      woke_descendant = seen.descendant;
+      if (seen.ancestor) stop_at = QueuedBeforeAncestorWakes();
     }
     if (unit_yielded_) {
       // It asked to let others go first (asyncio.sleep(0)): running it

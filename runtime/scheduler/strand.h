@@ -144,13 +144,16 @@ class Strand final : public task::Task, public task::Executor {
     RunScope(const RunScope&) = delete;
     RunScope& operator=(const RunScope&) = delete;
 
-    // Whether a wake held since this scope began is for a strand below
-    // `strand` (not `strand` itself).
-    bool HoldsWakeOfDescendantOf(const Strand* strand) const;
-    // Records in `strand` each of its ancestors a wake held since this
-    // scope began is for (see Strand::woken_ancestors_); whether any was.
-    // Called by `strand`'s poll, which is a reader of them all.
-    bool RecordWakesOfAncestorsOf(Strand* strand) const;
+    // What the wakes held since this scope began were for, seen from
+    // `strand`, whose poll calls it (it is a reader of all its ancestors).
+    struct WakesSeen {
+      bool descendant = false;  // A strand below `strand`.
+      bool ancestor = false;    // Recorded in Strand::woken_ancestors_.
+    };
+    // One walk over the held wakes: notes whether any was for a strand
+    // below `strand`, and records in `strand` each of its ancestors one
+    // was for.
+    WakesSeen SortWakesFor(Strand* strand) const;
 
    private:
     const std::size_t start_;
