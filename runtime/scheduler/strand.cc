@@ -32,6 +32,9 @@ struct HeldWake {
   // The units ever queued on the strand whose unit made the wake, at the
   // moment (Strand::pushed_): those went before it.
   std::uint64_t waker_pushed;
+  // The woken unit was queued already (`seq` is the strand's last queued
+  // unit then): only remembered for ordering, nothing to hand over.
+  bool queued_already = false;
 };
 
 // The wakes held by the RunScopes open on this thread, how many scopes are
@@ -56,6 +59,7 @@ Strand::Strand(Strand* parent, Inherit inherit, std::uint64_t made_for)
 }
 
 Strand::~Strand() {
+  for (const WokenDescendant& woken : woken_descendants_) woken.strand->Unref();
   if (parent_ != nullptr) parent_->Unref();
 }
 
@@ -123,11 +127,47 @@ bool Strand::WaitsForRunOf(const Strand* ancestor, std::uint64_t next_unit) {
   return waits;
 }
 
-std::uint64_t Strand::QueuedBeforeAncestorWakes() const {
+std::uint64_t Strand::QueuedBeforeRecordedWakes() const {
   std::uint64_t first = UINT64_MAX;
   for (const WokenAncestor& woken : woken_ancestors_)
     first = std::min(first, woken.queued_before);
+  for (const WokenDescendant& woken : woken_descendants_)
+    first = std::min(first, woken.queued_before);
   return first;
+}
+
+bool Strand::AwaitWokenDescendants(std::uint64_t next_unit) {
+  std::vector<Strand*> forgotten;
+  bool waits = false;
+  for (std::size_t i = 0; i < woken_descendants_.size();) {
+    const WokenDescendant woken = woken_descendants_[i];
+    Strand* d = woken.strand;
+    {
+      // Looked at and queued on under the descendant's gate: the end of a
+      // poll that takes the unit after we looked wakes us (WakeBlocked).
+      std::lock_guard<std::mutex> gate(d->gate_mu_);
+      bool ran;
+      {
+        std::lock_guard<std::mutex> lock(d->mu_);
+        ran = d->popped_ > woken.unit;  // A cancel counts its queue popped.
+      }
+      if (!ran && next_unit >= woken.queued_before) {
+        Ref();  // Until `d` wakes us.
+        d->blocked_.push_back(this);
+        waits = true;
+        break;
+      }
+      if (!ran) {
+        ++i;
+        continue;
+      }
+    }
+    forgotten.push_back(d);
+    woken_descendants_[i] = woken_descendants_.back();
+    woken_descendants_.pop_back();
+  }
+  for (Strand* d : forgotten) d->Unref();
+  return waits;
 }
 
 void Strand::LeaveAncestors(const Strand* stop) {
@@ -239,6 +279,28 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
   Wake(kind);
 }
 
+void Strand::OnWakeWithoutQueueing(task::Task*, task::ScheduleKind kind) {
+  // A unit of an ancestor's poll woke one of ours that is queued already
+  // (the reactor woke a connection that the step now closes): the
+  // ancestor's next units wait for it as for a unit the wake had queued
+  // (woken_descendants_), behind everything queued here now.
+  Strand* waker = polling_strand;
+  if (open_scopes == 0 || handing_over || kind == task::ScheduleKind::kRemote ||
+      waker == nullptr || waker == this || !waker->Excludes(this)) {
+    return;
+  }
+  std::uint64_t last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return;  // Running elsewhere or done: not waited for.
+    last = popped_ + queue_.size() - 1;
+  }
+  Ref();  // Until the scope ends.
+  held_wakes.push_back(HeldWake{nullptr, nullptr, kind, this, last,
+                                waker->pushed_.load(std::memory_order_relaxed),
+                                /*queued_already=*/true});
+}
+
 void Strand::ReleaseHeld(std::uint64_t seq, task::ScheduleKind kind) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -270,7 +332,7 @@ Strand::RunScope::~RunScope() {
   const bool outer_handing_over = std::exchange(handing_over, true);
   for (const HeldWake& held : mine) {
     if (held.strand != nullptr) {
-      held.strand->ReleaseHeld(held.seq, held.kind);
+      if (!held.queued_already) held.strand->ReleaseHeld(held.seq, held.kind);
       held.strand->Unref();
     } else {
       held.target->Schedule(held.task, held.kind);
@@ -286,6 +348,9 @@ Strand::RunScope::WakesSeen Strand::RunScope::SortWakesFor(
     Strand* woken = held_wakes[i].strand;
     if (woken == nullptr || woken == strand) continue;  // Plain, or ours.
     if (strand->Excludes(woken)) {
+      woken->Ref();
+      strand->woken_descendants_.push_back(WokenDescendant{
+          woken, held_wakes[i].seq, held_wakes[i].waker_pushed});
       seen.descendant = true;
     } else if (woken->Excludes(strand)) {
       // No lock: its writer cannot enter while `strand` polls (a reader).
@@ -327,8 +392,18 @@ task::Task* Strand::Pop(std::uint64_t stop_at, bool* stopped) {
 }
 
 bool Strand::Poll() {
-  // Parked on an ancestor (it wakes us when it is done), or waiting for
-  // our descendants' current units (the last one wakes us).
+  // Our next unit waits for a unit of a descendant that one of ours woke
+  // (the descendant's poll wakes us), or is parked on an ancestor (it
+  // wakes us when it is done), or waits for our descendants' current
+  // units (the last one wakes us).
+  if (!woken_descendants_.empty()) {
+    std::uint64_t next_unit;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      next_unit = popped_;
+    }
+    if (AwaitWokenDescendants(next_unit)) return false;
+  }
   if (!EnterAncestors()) return false;
   if (!EnterSelf()) {
     LeaveAncestors(nullptr);
@@ -341,8 +416,9 @@ bool Strand::Poll() {
   // Nothing was runnable: the queue was empty (the next push tickets) or
   // its front held (the hand-over wakes the strand). No wake to ask for.
   bool nothing_runnable = false;
-  // Our units queued after a wake of an ancestor wait for its run.
-  std::uint64_t stop_at = QueuedBeforeAncestorWakes();
+  // Our units queued after a wake of an ancestor wait for its run, those
+  // queued after a wake of a descendant for the woken unit's.
+  std::uint64_t stop_at = QueuedBeforeRecordedWakes();
   for (; ran < kBudget; ++ran) {
     bool at_ancestor_wake = false;
     task::Task* task = Pop(stop_at, &at_ancestor_wake);
@@ -366,7 +442,7 @@ bool Strand::Poll() {
       task::RunTask(task);
       const RunScope::WakesSeen seen = scope.SortWakesFor(this);
       woke_descendant = seen.descendant;
-      if (seen.ancestor) stop_at = QueuedBeforeAncestorWakes();
+      if (seen.ancestor) stop_at = QueuedBeforeRecordedWakes();
     }
     if (unit_yielded_) {
       // It asked to let others go first (asyncio.sleep(0)): running it
@@ -390,8 +466,21 @@ bool Strand::Poll() {
   polling_strand = outer_polling;
   LeaveSelf();
   LeaveAncestors(nullptr);
-  if (nothing_runnable) return false;  // A strand lives as long as references to it do.
   bool more;
+  std::uint64_t next_unit;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    more = !queue_.empty();
+    next_unit = popped_;
+  }
+  if (!more && !woken_descendants_.empty()) {
+    // Nothing of ours to run: be woken when the descendants have run what
+    // we woke, to drop our references to them (each holds ours through
+    // its parent chain) and so that what is queued here meanwhile waits.
+    AwaitWokenDescendants(next_unit);
+  }
+  if (nothing_runnable)
+    return false;  // A strand lives as long as references to it do.
   {
     std::lock_guard<std::mutex> lock(mu_);
     more = !queue_.empty();
@@ -418,6 +507,9 @@ void Strand::OnCancel() {
     popped_ += queued.size();
   }
   for (const Queued& entry : queued) CancelQueued(entry.task);
+  // Nothing of ours runs again: what our units woke need not be waited for.
+  for (const WokenDescendant& woken : woken_descendants_) woken.strand->Unref();
+  woken_descendants_.clear();
   {
     // A descendant waiting for our next run (woken_ancestors_) waits no
     // more: there is none to come.

@@ -51,9 +51,10 @@ namespace mt::runtime::scheduler {
 // to — other strands, this strand's children — runs before it again; so
 // does a unit that wakes one of this strand's descendants, which could not
 // run before the poll ends, so that it runs before the units queued here
-// after it, as on a one-thread loop. After a unit that wakes an ancestor,
-// the strand's units queued later wait for that ancestor's next run: the
-// woken unit goes first, as on a one-thread loop.
+// after it, as on a one-thread loop: the strand's units queued after the
+// wake wait until the descendant has run the woken unit. After a unit that
+// wakes an ancestor, the strand's units queued later wait for that
+// ancestor's next run: the woken unit goes first, as on a one-thread loop.
 //
 // Lifetime: reference counted through its unit state; each bound unit holds
 // one reference (Retain/Release), the creator another.
@@ -94,6 +95,8 @@ class Strand final : public task::Task, public task::Executor {
   // kScheduled state). Any thread.
   void Schedule(task::Task* task, task::ScheduleKind kind) override;
   void OnComplete(task::Task* task) override;
+  void OnWakeWithoutQueueing(task::Task* task,
+                             task::ScheduleKind kind) override;
   bool Retain() override {
     Ref();
     return true;
@@ -185,8 +188,14 @@ class Strand final : public task::Task, public task::Executor {
   // of ours woke `ancestor`, which has not run since; forgets the wakes
   // of `ancestor` it has run since. Under ancestor->gate_mu_.
   bool WaitsForRunOf(const Strand* ancestor, std::uint64_t next_unit);
-  // The number of our first unit queued after a recorded ancestor wake.
-  std::uint64_t QueuedBeforeAncestorWakes() const;
+  // The number of our first unit queued after a recorded wake of an
+  // ancestor or a descendant.
+  std::uint64_t QueuedBeforeRecordedWakes() const;
+  // Forgets the woken descendants that have taken their woken unit off
+  // their queue. If our next unit (numbered `next_unit`) was queued after
+  // the wake of one that has not, queues us on it (the end of its next
+  // poll wakes us) and returns true. Called where we run no unit.
+  bool AwaitWokenDescendants(std::uint64_t next_unit);
   // Leaves the ancestors entered, below `stop` (nullptr: all of them); an
   // ancestor waiting for its last reader is woken.
   void LeaveAncestors(const Strand* stop);
@@ -256,6 +265,22 @@ class Strand final : public task::Task, public task::Executor {
     std::uint64_t queued_before;
   };
   std::vector<WokenAncestor> woken_ancestors_;
+
+  // The mirror image: the descendants a unit of this strand woke, with the
+  // number of the woken unit in their queue and the number of our units
+  // queued by then. A unit of ours queued after the wake runs only once the
+  // descendant has taken the woken unit off its queue: on a one-thread loop
+  // the callback a task's step scheduled on a connection it owns (the
+  // connection_lost of a transport it closed) runs before the task's next
+  // step. One reference each, dropped when the unit has run (a strand with
+  // such a wake pending polls again after the descendant's next poll, to
+  // look); only the thread polling this strand touches it.
+  struct WokenDescendant {
+    Strand* strand;
+    std::uint64_t unit;
+    std::uint64_t queued_before;
+  };
+  std::vector<WokenDescendant> woken_descendants_;
 };
 
 }  // namespace mt::runtime::scheduler

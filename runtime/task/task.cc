@@ -28,6 +28,8 @@ void Task::Wake(ScheduleKind kind) {
   if (state_.TransitionToScheduled() == State::WakeAction::kSubmit) {
     MarkQueued();
     executor()->Schedule(this, kind);
+  } else if (Executor* executor = this->executor()) {
+    executor->OnWakeWithoutQueueing(this, kind);
   }
 }
 

@@ -47,6 +47,10 @@ class Executor {
   // The id of the unit this executor was made for (Task::id()), or 0: the
   // embedder's strand made to be one unit's own (scheduler::Strand).
   virtual std::uint64_t made_for() const { return 0; }
+  // A wake of `task` (bound here) found it queued, running or done
+  // already, so nothing was queued: a strand orders what the waker does
+  // next behind the run already queued (scheduler::Strand).
+  virtual void OnWakeWithoutQueueing(Task* task, ScheduleKind kind) {}
 };
 
 // A schedulable unit: intrusive, reference counted through its State word,
