@@ -40,6 +40,59 @@ LambdaTask* StartOn(Strand* strand, LambdaTask::PollFn poll) {
   return unit;
 }
 
+// A parent strand, a child under it, and the order in which units that
+// record a letter ran (the wake-order tests below).
+class ParentAndChild {
+ public:
+  explicit ParentAndChild(task::Executor* target)
+      : parent_(Strand::Create(target)),
+        child_(Strand::Create(target, parent_)) {}
+  ~ParentAndChild() {
+    for (LambdaTask* unit : units_) unit->Unref();
+    child_->Unref();
+    parent_->Unref();
+  }
+  ParentAndChild(const ParentAndChild&) = delete;
+  ParentAndChild& operator=(const ParentAndChild&) = delete;
+
+  Strand* parent() const { return parent_; }
+  Strand* child() const { return child_; }
+  void Record(char c) {
+    std::lock_guard<std::mutex> lock(order_mu_);
+    order_.push_back(c);
+  }
+  // An idle unit on `strand` that records `c` and finishes.
+  LambdaTask* Recorder(Strand* strand, char c) {
+    auto* unit = new LambdaTask(
+        [this, c](LambdaTask*) {
+          Record(c);
+          return true;
+        },
+        /*scheduled=*/false);
+    unit->set_executor(strand);
+    units_.push_back(unit);
+    return unit;
+  }
+  // Whether `n` units recorded (a bounded wait).
+  bool AwaitRecords(std::size_t n) {
+    return Eventually([&] {
+      std::lock_guard<std::mutex> lock(order_mu_);
+      return order_.size() == n;
+    });
+  }
+  std::string order() {
+    std::lock_guard<std::mutex> lock(order_mu_);
+    return order_;
+  }
+
+ private:
+  Strand* const parent_;
+  Strand* const child_;
+  std::vector<LambdaTask*> units_;
+  std::mutex order_mu_;
+  std::string order_;
+};
+
 // Units of one strand, woken from four workers and outside threads at
 // once, never overlap, and each runs as often as it was woken to.
 TEST(StrandTest, UnitsOfOneStrandNeverOverlap) {
@@ -463,32 +516,13 @@ TEST(StrandTest, UnitWakingAnAncestorLetsItRunBeforeTheStrandsNextUnit) {
   constexpr int kRounds = 200;
   for (const bool from_outside : {false, true}) {
     for (int round = 0; round < kRounds; ++round) {
-      Strand* parent = Strand::Create(rt.executor());
-      Strand* child = Strand::Create(rt.executor(), parent);
-      std::mutex order_mu;
-      std::string order;
-      auto record = [&](char c) {
-        std::lock_guard<std::mutex> lock(order_mu);
-        order.push_back(c);
-      };
-      auto* in_parent = new LambdaTask(
-          [&](LambdaTask*) {
-            record('P');
-            return true;
-          },
-          /*scheduled=*/false);
-      in_parent->set_executor(parent);
-      auto* next_in_child = new LambdaTask(
-          [&](LambdaTask*) {
-            record('2');
-            return true;
-          },
-          /*scheduled=*/false);
-      next_in_child->set_executor(child);
+      ParentAndChild pair(rt.executor());
+      LambdaTask* in_parent = pair.Recorder(pair.parent(), 'P');
+      LambdaTask* next_in_child = pair.Recorder(pair.child(), '2');
       std::atomic<bool> first_ran{false};
       ASSERT_TRUE(rt.Spawn([&] {
-                      StartOn(child, [&](LambdaTask*) {
-                        record('1');
+                      StartOn(pair.child(), [&](LambdaTask*) {
+                        pair.Record('1');
                         in_parent->Wake();
                         if (!from_outside) next_in_child->Wake();
                         first_ran.store(true);
@@ -499,17 +533,10 @@ TEST(StrandTest, UnitWakingAnAncestorLetsItRunBeforeTheStrandsNextUnit) {
         ASSERT_TRUE(Eventually([&] { return first_ran.load(); }));
         next_in_child->Wake();
       }
-      ASSERT_TRUE(Eventually([&] {
-        std::lock_guard<std::mutex> lock(order_mu);
-        return order.size() == 3;
-      }));
-      EXPECT_EQ(order, "1P2")
+      ASSERT_TRUE(pair.AwaitRecords(3));
+      EXPECT_EQ(pair.order(), "1P2")
           << (from_outside ? "woken from outside" : "woken by the unit")
           << ", round " << round;
-      in_parent->Unref();
-      next_in_child->Unref();
-      child->Unref();
-      parent->Unref();
     }
   }
   rt.Shutdown();
@@ -534,37 +561,18 @@ TEST(StrandTest,
     for (const Next next :
          {Next::kYield, Next::kOtherUnit, Next::kFromOutside}) {
       for (int round = 0; round < kRounds; ++round) {
-        Strand* parent = Strand::Create(rt.executor());
-        Strand* child = Strand::Create(rt.executor(), parent);
-        std::mutex order_mu;
-        std::string order;
-        auto record = [&](char c) {
-          std::lock_guard<std::mutex> lock(order_mu);
-          order.push_back(c);
-        };
-        auto* in_child = new LambdaTask(
-            [&](LambdaTask*) {
-              record('C');
-              return true;
-            },
-            /*scheduled=*/false);
-        in_child->set_executor(child);
-        auto* next_in_parent = new LambdaTask(
-            [&](LambdaTask*) {
-              record('2');
-              return true;
-            },
-            /*scheduled=*/false);
-        next_in_parent->set_executor(parent);
+        ParentAndChild pair(rt.executor());
+        LambdaTask* in_child = pair.Recorder(pair.child(), 'C');
+        LambdaTask* next_in_parent = pair.Recorder(pair.parent(), '2');
         std::atomic<bool> first_ran{false};
         std::atomic<int> polls{0};
         ASSERT_TRUE(rt.Spawn([&] {
-                        StartOn(parent, [&](LambdaTask* self) {
+                        StartOn(pair.parent(), [&](LambdaTask* self) {
                           if (polls.fetch_add(1) == 1) {
-                            record('2');
+                            pair.Record('2');
                             return true;
                           }
-                          record('1');
+                          pair.Record('1');
                           if (queued_already) {
                             // From a thread outside the runtime: queued at
                             // once, and waiting, since the parent runs.
@@ -585,21 +593,14 @@ TEST(StrandTest,
           ASSERT_TRUE(Eventually([&] { return first_ran.load(); }));
           next_in_parent->Wake();
         }
-        ASSERT_TRUE(Eventually([&] {
-          std::lock_guard<std::mutex> lock(order_mu);
-          return order.size() == 3;
-        }));
-        EXPECT_EQ(order, "1C2")
+        ASSERT_TRUE(pair.AwaitRecords(3));
+        EXPECT_EQ(pair.order(), "1C2")
             << "next unit queued "
             << (next == Next::kYield       ? "by yielding"
                 : next == Next::kOtherUnit ? "by the unit"
                                            : "from outside")
             << (queued_already ? ", the child's unit queued already" : "")
             << ", round " << round;
-        in_child->Unref();
-        next_in_parent->Unref();
-        child->Unref();
-        parent->Unref();
       }
     }
   }
