@@ -472,6 +472,11 @@ bool Strand::Poll() {
     std::lock_guard<std::mutex> lock(mu_);
     more = !queue_.empty();
     next_unit = popped_;
+    // What is left waits behind what was woken meanwhile, however the poll
+    // ended: a strand whose units keep yielding to each other must not keep
+    // the ticket of its first wake and pass a waiting writer for ever. (A
+    // unit queued after this look tickets and wakes the strand itself.)
+    if (more && !nothing_runnable) TakeTicket();
   }
   if (!more && !woken_descendants_.empty()) {
     // Nothing of ours to run: be woken when the descendants have run what
@@ -481,14 +486,6 @@ bool Strand::Poll() {
   }
   if (nothing_runnable)
     return false;  // A strand lives as long as references to it do.
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    more = !queue_.empty();
-    // What is left waits behind what was woken meanwhile, however the poll
-    // ended: a strand whose units keep yielding to each other must not keep
-    // the ticket of its first wake and pass a waiting writer for ever.
-    if (more) TakeTicket();
-  }
   if (more && (ran == kBudget || gave_way)) {
     // Units queued before this poll began woke a strand that was already
     // scheduled, which the state word does not remember: ask again, and
