@@ -35,8 +35,6 @@ struct HeldWake {
   // The woken unit was queued already (`seq` is the strand's last queued
   // unit then): only remembered for ordering, nothing to hand over.
   bool queued_already = false;
-  // The strand had units queued in front of the woken one.
-  bool behind_others = false;
 };
 
 // The wakes held by the RunScopes open on this thread, how many scopes are
@@ -248,11 +246,9 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
   const bool hold =
       open_scopes > 0 && polling_strand != this && kind != task::ScheduleKind::kRemote;
   std::uint64_t seq = 0;
-  bool behind_others = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!cancelled_) {
-      behind_others = !queue_.empty();
       if (queue_.empty()) TakeTicket();
       seq = popped_ + queue_.size();
       queue_.push_back(Queued{task, hold});
@@ -272,9 +268,8 @@ void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
         polling_strand != nullptr
             ? polling_strand->pushed_.load(std::memory_order_relaxed)
             : 0;
-    held_wakes.push_back(HeldWake{nullptr, nullptr, kind, this, seq,
-                                  waker_pushed, /*queued_already=*/false,
-                                  behind_others});
+    held_wakes.push_back(
+        HeldWake{nullptr, nullptr, kind, this, seq, waker_pushed});
     return;
   }
   // One wake per unit queued. While the strand runs, the state word
@@ -303,8 +298,7 @@ void Strand::OnWakeWithoutQueueing(task::Task*, task::ScheduleKind kind) {
   Ref();  // Until the scope ends.
   held_wakes.push_back(HeldWake{nullptr, nullptr, kind, this, last,
                                 waker->pushed_.load(std::memory_order_relaxed),
-                                /*queued_already=*/true,
-                                /*behind_others=*/true});
+                                /*queued_already=*/true});
 }
 
 void Strand::ReleaseHeld(std::uint64_t seq, task::ScheduleKind kind) {
@@ -358,7 +352,6 @@ Strand::RunScope::WakesSeen Strand::RunScope::SortWakesFor(
       strand->woken_descendants_.push_back(WokenDescendant{
           woken, held_wakes[i].seq, held_wakes[i].waker_pushed});
       seen.descendant = true;
-      if (held_wakes[i].behind_others) seen.descendant_had_queued = true;
     } else if (woken->Excludes(strand)) {
       // No lock: its writer cannot enter while `strand` polls (a reader).
       const std::uint64_t entries =
@@ -453,13 +446,13 @@ bool Strand::Poll() {
     }
     // A unit that wakes itself while it runs is pushed back on this queue
     // (Schedule above), behind whatever else is waiting here.
-    bool descendant_goes_first;
+    bool woke_descendant;
     {
       RunScope scope;
       task::RunTask(task);
       const RunScope::WakesSeen seen = scope.SortWakesFor(this);
-      descendant_goes_first = seen.descendant_had_queued;
-      if (seen.ancestor || seen.descendant)
+      woke_descendant = seen.descendant;
+      if (seen.ancestor)
         stop_at = std::min(round_end, QueuedBeforeRecordedWakes());
     }
     if (unit_yielded_) {
@@ -470,15 +463,11 @@ bool Strand::Poll() {
       ++ran;
       break;
     }
-    if (descendant_goes_first) {
+    if (woke_descendant) {
       // It woke one of our descendants (a task closing or writing to a
-      // connection it owns), which cannot run while we do and had units
-      // queued already (the reactor's report of the peer's close): those
-      // may have been ready before our next units, so end the poll and let
-      // the descendant go first. A wake that queued the descendant's first
-      // unit lets ours queued before it run on (the records above stop the
-      // poll at those queued after it), as a one-thread loop runs what was
-      // ready before the unit it just queued.
+      // connection it owns), which cannot run while we do. On a one-thread
+      // loop what it scheduled runs before what is scheduled after it (the
+      // task's done callbacks): end the poll so the descendant goes first.
       ++ran;
       gave_way = true;
       break;

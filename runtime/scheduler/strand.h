@@ -48,13 +48,11 @@ namespace mt::runtime::scheduler {
 // Schedule(), which appends it to the strand's queue and wakes the strand.
 // The strand runs at most kBudget units per poll, then yields its worker;
 // a unit that yields (sleep(0)) ends the poll at once, so what it yields
-// to — other strands, this strand's children — runs before it again. When
-// a unit wakes one of this strand's descendants (which cannot run before
-// the poll ends), the strand's units queued after the wake wait until the
-// descendant has run the woken unit, as on a one-thread loop; those queued
-// before it run on in the same poll, unless the descendant had units
-// queued already (which may have been ready before them): then the poll
-// ends and the descendant goes first. After a unit that
+// to — other strands, this strand's children — runs before it again; so
+// does a unit that wakes one of this strand's descendants, which could not
+// run before the poll ends, so that it runs before the units queued here
+// after it, as on a one-thread loop: the strand's units queued after the
+// wake wait until the descendant has run the woken unit. After a unit that
 // wakes an ancestor, the strand's units queued later wait for that
 // ancestor's next run: the woken unit goes first, as on a one-thread loop.
 // On an executor that keeps rounds (one worker) a poll runs only the units
@@ -158,8 +156,6 @@ class Strand final : public task::Task, public task::Executor {
     struct WakesSeen {
       bool descendant = false;  // A strand below `strand`.
       bool ancestor = false;    // Recorded in Strand::woken_ancestors_.
-      // A descendant woken had units queued before the woken one.
-      bool descendant_had_queued = false;
     };
     // One walk over the held wakes: notes whether any was for a strand
     // below `strand`, and records in `strand` each of its ancestors one

@@ -610,37 +610,6 @@ TEST(StrandTest,
   rt.Shutdown();
 }
 
-// A unit that wakes a descendant's unit lets the units queued on its strand
-// before the wake run first, as on a one-thread loop, where they were ready
-// before the woken unit was queued behind them; those queued after the wake
-// wait for it. If the descendant had a unit queued already, that one may
-// have been ready before them: the poll ends and the descendant goes first.
-TEST(StrandTest, UnitWakingADescendantLetsTheUnitsQueuedBeforeItRunFirst) {
-  Runtime rt(TestConfig(1));
-  ASSERT_TRUE(rt.Start().ok());
-  for (const bool child_had_queued : {false, true}) {
-    for (int round = 0; round < 50; ++round) {
-      ParentAndChild pair(rt.executor());
-      LambdaTask* in_child = pair.Recorder(pair.child(), 'C');
-      LambdaTask* queued_first = pair.Recorder(pair.child(), '0');
-      LambdaTask* after_wake = pair.Recorder(pair.parent(), 'Z');
-      std::vector<LambdaTask*> wakes = {in_child, after_wake};
-      if (child_had_queued) wakes.insert(wakes.begin(), queued_first);
-      LambdaTask* waker = pair.Recorder(pair.parent(), 'X', wakes);
-      LambdaTask* before_wake = pair.Recorder(pair.parent(), 'Y');
-      ASSERT_TRUE(rt.Spawn([&] {
-                      waker->Wake();
-                      before_wake->Wake();
-                    }).ok());
-      ASSERT_TRUE(pair.AwaitRecords(child_had_queued ? 5 : 4));
-      EXPECT_EQ(pair.order(), child_had_queued ? "X0CYZ" : "XYCZ")
-          << (child_had_queued ? "the child had a unit queued, " : "")
-          << "round " << round;
-    }
-  }
-  rt.Shutdown();
-}
-
 // At one worker, units run in rounds as asyncio's ready queue does: what a
 // unit queues on its own strand runs after what was ready on other strands
 // when it ran, not in the same poll. A connection (the child) whose read
