@@ -236,10 +236,6 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
   if (joined_.load(std::memory_order_seq_cst)) DrainInjectorCancelled();
 }
 
-bool Scheduler::KeepsRounds() const {
-  return options_.lone_worker_fifo && idle_.num_workers() <= 1;
-}
-
 void Scheduler::PushLocal(WorkerSlot& slot, task::Task* task) {
   if (slot.queue.TryPush(task)) return;
   std::vector<task::Task*> batch;

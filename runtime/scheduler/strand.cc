@@ -376,8 +376,6 @@ bool Strand::HoldBehindHeldWakes(task::Task* task, task::Executor* target,
 
 void Strand::OnComplete(task::Task* task) { executor()->OnComplete(task); }
 
-bool Strand::KeepsRounds() const { return executor()->KeepsRounds(); }
-
 task::Task* Strand::Pop(std::uint64_t stop_at, bool* stopped) {
   std::lock_guard<std::mutex> lock(mu_);
   // A held unit is not run before its scope hands it over, nor what was
@@ -419,25 +417,17 @@ bool Strand::Poll() {
   // its front held (the hand-over wakes the strand). No wake to ask for.
   bool nothing_runnable = false;
   // Our units queued after a wake of an ancestor wait for its run, those
-  // queued after a wake of a descendant for the woken unit's. Where the
-  // executor keeps rounds, what our units queue here waits for the next
-  // poll, behind what was ready elsewhere: on a one-thread loop the
-  // callback a step schedules runs in the next iteration, after the ones
-  // ready before it (a connection's connection_lost, queued before the
-  // main task's done callbacks, runs before the loop's stop).
-  const std::uint64_t round_end =
-      KeepsRounds() ? pushed_.load(std::memory_order_acquire) : UINT64_MAX;
-  std::uint64_t stop_at = std::min(round_end, QueuedBeforeRecordedWakes());
+  // queued after a wake of a descendant for the woken unit's.
+  std::uint64_t stop_at = QueuedBeforeRecordedWakes();
   for (; ran < kBudget; ++ran) {
-    bool stopped = false;
-    task::Task* task = Pop(stop_at, &stopped);
+    bool at_ancestor_wake = false;
+    task::Task* task = Pop(stop_at, &at_ancestor_wake);
     if (task == nullptr) {
       // At a unit queued after a wake of an ancestor, the next poll
       // queues on that ancestor (EnterAncestors) until it has run: on a
       // one-thread loop the task data_received woke steps before the
-      // connection's next callback. At the round's end the next poll
-      // queues behind what is waiting on the worker.
-      if (stopped) {
+      // connection's next callback.
+      if (at_ancestor_wake) {
         gave_way = true;
       } else {
         nothing_runnable = true;
@@ -452,8 +442,7 @@ bool Strand::Poll() {
       task::RunTask(task);
       const RunScope::WakesSeen seen = scope.SortWakesFor(this);
       woke_descendant = seen.descendant;
-      if (seen.ancestor)
-        stop_at = std::min(round_end, QueuedBeforeRecordedWakes());
+      if (seen.ancestor) stop_at = QueuedBeforeRecordedWakes();
     }
     if (unit_yielded_) {
       // It asked to let others go first (asyncio.sleep(0)): running it

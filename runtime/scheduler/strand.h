@@ -55,9 +55,6 @@ namespace mt::runtime::scheduler {
 // wake wait until the descendant has run the woken unit. After a unit that
 // wakes an ancestor, the strand's units queued later wait for that
 // ancestor's next run: the woken unit goes first, as on a one-thread loop.
-// On an executor that keeps rounds (one worker) a poll runs only the units
-// queued before it began; what they queue here waits for the next poll,
-// as asyncio runs a callback's callbacks in its next iteration.
 //
 // Lifetime: reference counted through its unit state; each bound unit holds
 // one reference (Retain/Release), the creator another.
@@ -100,7 +97,6 @@ class Strand final : public task::Task, public task::Executor {
   void OnComplete(task::Task* task) override;
   void OnWakeWithoutQueueing(task::Task* task,
                              task::ScheduleKind kind) override;
-  bool KeepsRounds() const override;
   bool Retain() override {
     Ref();
     return true;
