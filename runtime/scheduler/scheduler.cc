@@ -199,6 +199,7 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
     CancelInline(task);
     return;
   }
+  if (KeepsRounds()) Strand::NoteWake(task);
   if (Strand::HoldBehindHeldWakes(task, this, kind)) return;
   Worker* w = current_worker;
   if (w != nullptr && w->scheduler == this &&
@@ -234,6 +235,10 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
     stand_in_parker_.Unpark();
   // Join may have drained the injector for the last time already.
   if (joined_.load(std::memory_order_seq_cst)) DrainInjectorCancelled();
+}
+
+bool Scheduler::KeepsRounds() const {
+  return options_.lone_worker_fifo && idle_.num_workers() <= 1;
 }
 
 void Scheduler::PushLocal(WorkerSlot& slot, task::Task* task) {

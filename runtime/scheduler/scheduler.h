@@ -81,6 +81,7 @@ class Scheduler final : public task::Executor {
   // task::Executor.
   void Schedule(task::Task* task, task::ScheduleKind kind) override;
   void OnComplete(task::Task* task) override;
+  bool KeepsRounds() const override;
 
   // Live resize: start workers up to `workers` (waking dormant ones
   // first), or ask the highest-numbered ones to retire (each finishes its

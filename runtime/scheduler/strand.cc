@@ -231,7 +231,16 @@ int Strand::running_descendants() {
 
 Strand* Strand::Current() { return current_strand; }
 
+void Strand::NoteWake(const task::Task* woken) {
+  Strand* poller = polling_strand;
+  // A hand-over is noted at the wake it follows, when it was held.
+  if (poller == nullptr || handing_over || woken == poller) return;
+  poller->queued_before_wake_ = poller->pushed_.load(std::memory_order_relaxed);
+}
+
 void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
+  if (polling_strand != nullptr && polling_strand != this && KeepsRounds())
+    NoteWake(this);
   if (kind == task::ScheduleKind::kYield) {
     // The running unit gave way: Poll ends after it (see there).
     if (polling_strand == this) unit_yielded_ = true;
@@ -376,6 +385,8 @@ bool Strand::HoldBehindHeldWakes(task::Task* task, task::Executor* target,
 
 void Strand::OnComplete(task::Task* task) { executor()->OnComplete(task); }
 
+bool Strand::KeepsRounds() const { return executor()->KeepsRounds(); }
+
 task::Task* Strand::Pop(std::uint64_t stop_at, bool* stopped) {
   std::lock_guard<std::mutex> lock(mu_);
   // A held unit is not run before its scope hands it over, nor what was
@@ -417,17 +428,33 @@ bool Strand::Poll() {
   // its front held (the hand-over wakes the strand). No wake to ask for.
   bool nothing_runnable = false;
   // Our units queued after a wake of an ancestor wait for its run, those
-  // queued after a wake of a descendant for the woken unit's.
-  std::uint64_t stop_at = QueuedBeforeRecordedWakes();
+  // queued after a wake of a descendant for the woken unit's. Where the
+  // executor keeps rounds, what our units queue here waits for the next
+  // poll, behind what was ready elsewhere: on a one-thread loop the
+  // callback a step schedules runs in the next iteration, after the ones
+  // ready before it (a connection's connection_lost, queued before the
+  // main task's done callbacks, runs before the loop's stop).
+  const bool rounds = KeepsRounds();
+  const std::uint64_t round_end =
+      rounds ? pushed_.load(std::memory_order_acquire) : UINT64_MAX;
+  queued_before_wake_ = 0;
+  // The round takes in our units queued before a wake our units made: on
+  // a one-thread loop they run before the woken unit.
+  auto round_stop = [&] {
+    return std::min(std::max(round_end, queued_before_wake_),
+                    QueuedBeforeRecordedWakes());
+  };
+  std::uint64_t stop_at = round_stop();
   for (; ran < kBudget; ++ran) {
-    bool at_ancestor_wake = false;
-    task::Task* task = Pop(stop_at, &at_ancestor_wake);
+    bool stopped = false;
+    task::Task* task = Pop(stop_at, &stopped);
     if (task == nullptr) {
       // At a unit queued after a wake of an ancestor, the next poll
       // queues on that ancestor (EnterAncestors) until it has run: on a
       // one-thread loop the task data_received woke steps before the
-      // connection's next callback.
-      if (at_ancestor_wake) {
+      // connection's next callback. At the round's end the next poll
+      // queues behind what is waiting on the worker.
+      if (stopped) {
         gave_way = true;
       } else {
         nothing_runnable = true;
@@ -442,7 +469,7 @@ bool Strand::Poll() {
       task::RunTask(task);
       const RunScope::WakesSeen seen = scope.SortWakesFor(this);
       woke_descendant = seen.descendant;
-      if (seen.ancestor) stop_at = QueuedBeforeRecordedWakes();
+      if (seen.ancestor || rounds) stop_at = round_stop();
     }
     if (unit_yielded_) {
       // It asked to let others go first (asyncio.sleep(0)): running it

@@ -55,6 +55,9 @@ namespace mt::runtime::scheduler {
 // wake wait until the descendant has run the woken unit. After a unit that
 // wakes an ancestor, the strand's units queued later wait for that
 // ancestor's next run: the woken unit goes first, as on a one-thread loop.
+// On an executor that keeps rounds (one worker) a poll runs only the units
+// queued before it began; what they queue here waits for the next poll,
+// as asyncio runs a callback's callbacks in its next iteration.
 //
 // Lifetime: reference counted through its unit state; each bound unit holds
 // one reference (Retain/Release), the creator another.
@@ -97,6 +100,7 @@ class Strand final : public task::Task, public task::Executor {
   void OnComplete(task::Task* task) override;
   void OnWakeWithoutQueueing(task::Task* task,
                              task::ScheduleKind kind) override;
+  bool KeepsRounds() const override;
   bool Retain() override {
     Ref();
     return true;
@@ -163,6 +167,15 @@ class Strand final : public task::Task, public task::Executor {
     const std::size_t outer_start_;  // The enclosing scope's start_.
   };
 
+  // Called by an executor keeping rounds (task::Executor::KeepsRounds)
+  // for every unit woken on this thread: when a strand's poll runs here
+  // and `woken` is not that strand, remembers how many of the strand's
+  // units were queued by then (they came before the wake). Its poll runs
+  // those in this round: on a one-thread loop they run before the woken
+  // unit (a future's done callback scheduled on a connection before the
+  // wakeup of the task awaiting the future).
+  static void NoteWake(const task::Task* woken);
+
   // Called by the target executor for a plain unit (one bound to no
   // strand) scheduled on this thread: if the innermost RunScope already
   // holds a wake, the unit is held behind it and handed to `target` in
@@ -228,6 +241,10 @@ class Strand final : public task::Task, public task::Executor {
   // ancestor (the HeldWake remembers which of ours came before).
   std::atomic<std::uint64_t> pushed_{0};
   bool cancelled_ = false;         // Guarded by mu_.
+  // pushed_ at the last wake of another unit that this poll's units made
+  // (NoteWake), where the executor keeps rounds; only the thread polling
+  // this strand touches it.
+  std::uint64_t queued_before_wake_ = 0;
   // Set by Schedule when the unit running in this strand's poll yields
   // (kYield: asyncio.sleep(0)); only that thread touches it.
   bool unit_yielded_ = false;

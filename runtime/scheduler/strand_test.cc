@@ -61,15 +61,18 @@ class ParentAndChild {
     std::lock_guard<std::mutex> lock(order_mu_);
     order_.push_back(c);
   }
-  // An idle unit on `strand` that records `c` and finishes.
-  LambdaTask* Recorder(Strand* strand, char c) {
+  // An idle unit on `executor` (a strand, or the runtime's for a plain
+  // unit) that records `c`, wakes `then` in order and finishes.
+  LambdaTask* Recorder(task::Executor* executor, char c,
+                       std::vector<LambdaTask*> then = {}) {
     auto* unit = new LambdaTask(
-        [this, c](LambdaTask*) {
+        [this, c, then](LambdaTask*) {
           Record(c);
+          for (LambdaTask* next : then) next->Wake();
           return true;
         },
         /*scheduled=*/false);
-    unit->set_executor(strand);
+    unit->set_executor(executor);
     units_.push_back(unit);
     return unit;
   }
@@ -603,6 +606,75 @@ TEST(StrandTest,
             << ", round " << round;
       }
     }
+  }
+  rt.Shutdown();
+}
+
+// At one worker, units run in rounds as asyncio's ready queue does: what a
+// unit queues on its own strand runs after what was ready on other strands
+// when it ran, not in the same poll. A connection (the child) whose read
+// wakes its task (the parent) and queues its connection_lost: the task's
+// step queues the main task's wakeup, connection_lost queues the protocol's
+// callback, the wakeup queues the loop's stop. On a one-thread loop each
+// of these runs in the iteration after the one that queued it, so the
+// connection is lost before the loop stops; before, the parent's poll ran
+// its units through to the stop first (CPython's
+// test_create_connection_memory_leak found the SSL context still held,
+// 1 run in 10).
+TEST(StrandTest, AtOneWorkerAStrandsPollRunsOnlyWhatWasQueuedBeforeIt) {
+  Runtime rt(TestConfig(1));
+  ASSERT_TRUE(rt.Start().ok());
+  for (int round = 0; round < 50; ++round) {
+    ParentAndChild pair(rt.executor());
+    LambdaTask* stop = pair.Recorder(pair.parent(), 'S');
+    LambdaTask* protocol_lost = pair.Recorder(pair.child(), '3');
+    LambdaTask* main_wakeup = pair.Recorder(pair.parent(), 'B', {stop});
+    LambdaTask* connection_lost =
+        pair.Recorder(pair.child(), '2', {protocol_lost});
+    LambdaTask* task_step = pair.Recorder(pair.parent(), 'A', {main_wakeup});
+    ASSERT_TRUE(rt.Spawn([&] {
+                    StartOn(pair.child(), [&](LambdaTask*) {
+                      pair.Record('1');
+                      task_step->Wake();
+                      connection_lost->Wake();
+                      return true;
+                    })->Unref();
+                  }).ok());
+    ASSERT_TRUE(pair.AwaitRecords(6));
+    EXPECT_EQ(pair.order(), "1A2B3S") << "round " << round;
+  }
+  rt.Shutdown();
+}
+
+// At one worker a round still takes in what a unit queued on its own
+// strand before it woke another strand's unit or a plain one: asyncio runs
+// a future's done callbacks in the order they were added, so the callback
+// a connection's read queued on the connection when it finished a future
+// (asyncpg's _on_waiter_completed) runs before the step of the task
+// awaiting that future. With the round cut where the poll began, the step
+// ran first and armed the next query's timeout, which the late callback
+// then cancelled (a 0.3 s timeout waited for the 30 s query).
+TEST(StrandTest, AtOneWorkerARoundTakesInWhatItsUnitsQueuedBeforeAWake) {
+  Runtime rt(TestConfig(1));
+  ASSERT_TRUE(rt.Start().ok());
+  for (int round = 0; round < 50; ++round) {
+    ParentAndChild pair(rt.executor());
+    LambdaTask* done_callback = pair.Recorder(pair.child(), '2');
+    LambdaTask* task_step = pair.Recorder(pair.parent(), 'A');
+    LambdaTask* plain = pair.Recorder(rt.executor(), 'P');
+    LambdaTask* queued_after = pair.Recorder(pair.child(), '3');
+    ASSERT_TRUE(rt.Spawn([&] {
+                    StartOn(pair.child(), [&](LambdaTask*) {
+                      pair.Record('1');
+                      done_callback->Wake();
+                      task_step->Wake();
+                      plain->Wake();
+                      queued_after->Wake();
+                      return true;
+                    })->Unref();
+                  }).ok());
+    ASSERT_TRUE(pair.AwaitRecords(5));
+    EXPECT_EQ(pair.order(), "12AP3") << "round " << round;
   }
   rt.Shutdown();
 }

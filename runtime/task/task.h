@@ -51,6 +51,11 @@ class Executor {
   // already, so nothing was queued: a strand orders what the waker does
   // next behind the run already queued (scheduler::Strand).
   virtual void OnWakeWithoutQueueing(Task* task, ScheduleKind kind) {}
+  // Whether units run in rounds, as asyncio's one thread runs its ready
+  // queue: what a unit schedules runs after what was ready before it (a
+  // lone worker in FIFO mode). A strand then runs per poll only the units
+  // queued on it before the poll began (scheduler::Strand::Poll).
+  virtual bool KeepsRounds() const { return false; }
 };
 
 // A schedulable unit: intrusive, reference counted through its State word,
