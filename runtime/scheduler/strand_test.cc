@@ -464,45 +464,21 @@ TEST(StrandTest, YieldingUnitLetsItsChildrenRunFirst) {
 TEST(StrandTest, UnitWakingADescendantLetsItRunBeforeTheNextUnit) {
   Runtime rt(TestConfig(1));
   ASSERT_TRUE(rt.Start().ok());
-  Strand* parent = Strand::Create(rt.executor());
-  Strand* child = Strand::Create(rt.executor(), parent);
-  std::mutex order_mu;
-  std::vector<char> order;
-  auto record = [&](char c) {
-    std::lock_guard<std::mutex> lock(order_mu);
-    order.push_back(c);
-  };
-  auto* in_child = new LambdaTask(
-      [&](LambdaTask*) {
-        record('C');
-        return true;
-      },
-      /*scheduled=*/false);
-  in_child->set_executor(child);
-  auto* next_in_parent = new LambdaTask(
-      [&](LambdaTask*) {
-        record('B');
-        return true;
-      },
-      /*scheduled=*/false);
-  next_in_parent->set_executor(parent);
-  ASSERT_TRUE(rt.Spawn([&] {
-                  StartOn(parent, [&](LambdaTask*) {
-                    record('A');
-                    in_child->Wake();
-                    next_in_parent->Wake();
-                    return true;
-                  })->Unref();
-                }).ok());
-  ASSERT_TRUE(Eventually([&] {
-    std::lock_guard<std::mutex> lock(order_mu);
-    return order.size() == 3;
-  }));
-  EXPECT_EQ(std::string(order.begin(), order.end()), "ACB");
-  in_child->Unref();
-  next_in_parent->Unref();
-  child->Unref();
-  parent->Unref();
+  {
+    ParentAndChild pair(rt.executor());
+    LambdaTask* in_child = pair.Recorder(pair.child(), 'C');
+    LambdaTask* next_in_parent = pair.Recorder(pair.parent(), 'B');
+    ASSERT_TRUE(rt.Spawn([&] {
+                    StartOn(pair.parent(), [&](LambdaTask*) {
+                      pair.Record('A');
+                      in_child->Wake();
+                      next_in_parent->Wake();
+                      return true;
+                    })->Unref();
+                  }).ok());
+    ASSERT_TRUE(pair.AwaitRecords(3));
+    EXPECT_EQ(pair.order(), "ACB");
+  }
   rt.Shutdown();
 }
 
