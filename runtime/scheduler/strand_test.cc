@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -95,6 +96,25 @@ class ParentAndChild {
   std::mutex order_mu_;
   std::string order_;
 };
+
+// On a runtime of `workers` workers, `rounds` times: `build` makes a fresh
+// pair's recording units and returns the one that starts the round (the
+// runtime's own executor is there for plain units), which a unit of the
+// runtime wakes; the letters must come in `expected` order.
+void ExpectOrder(
+    std::size_t workers, int rounds, const std::string& expected,
+    const std::function<LambdaTask*(ParentAndChild&, task::Executor*)>& build) {
+  Runtime rt(TestConfig(workers));
+  ASSERT_TRUE(rt.Start().ok());
+  for (int round = 0; round < rounds; ++round) {
+    ParentAndChild pair(rt.executor());
+    LambdaTask* first = build(pair, rt.executor());
+    ASSERT_TRUE(rt.Spawn([first] { first->Wake(); }).ok());
+    ASSERT_TRUE(pair.AwaitRecords(expected.size()));
+    EXPECT_EQ(pair.order(), expected) << "round " << round;
+  }
+  rt.Shutdown();
+}
 
 // Units of one strand, woken from four workers and outside threads at
 // once, never overlap, and each runs as often as it was woken to.
@@ -462,24 +482,11 @@ TEST(StrandTest, YieldingUnitLetsItsChildrenRunFirst) {
 // Before, the parent's poll ran its whole queue first, the descendant
 // waiting outside.
 TEST(StrandTest, UnitWakingADescendantLetsItRunBeforeTheNextUnit) {
-  Runtime rt(TestConfig(1));
-  ASSERT_TRUE(rt.Start().ok());
-  {
-    ParentAndChild pair(rt.executor());
+  ExpectOrder(1, 1, "ACB", [](ParentAndChild& pair, task::Executor*) {
     LambdaTask* in_child = pair.Recorder(pair.child(), 'C');
     LambdaTask* next_in_parent = pair.Recorder(pair.parent(), 'B');
-    ASSERT_TRUE(rt.Spawn([&] {
-                    StartOn(pair.parent(), [&](LambdaTask*) {
-                      pair.Record('A');
-                      in_child->Wake();
-                      next_in_parent->Wake();
-                      return true;
-                    })->Unref();
-                  }).ok());
-    ASSERT_TRUE(pair.AwaitRecords(3));
-    EXPECT_EQ(pair.order(), "ACB");
-  }
-  rt.Shutdown();
+    return pair.Recorder(pair.parent(), 'A', {in_child, next_in_parent});
+  });
 }
 
 // A unit that wakes an ancestor's unit lets it run before its own strand's
@@ -598,28 +605,15 @@ TEST(StrandTest,
 // test_create_connection_memory_leak found the SSL context still held,
 // 1 run in 10).
 TEST(StrandTest, AtOneWorkerAStrandsPollRunsOnlyWhatWasQueuedBeforeIt) {
-  Runtime rt(TestConfig(1));
-  ASSERT_TRUE(rt.Start().ok());
-  for (int round = 0; round < 50; ++round) {
-    ParentAndChild pair(rt.executor());
+  ExpectOrder(1, 50, "1A2B3S", [](ParentAndChild& pair, task::Executor*) {
     LambdaTask* stop = pair.Recorder(pair.parent(), 'S');
     LambdaTask* protocol_lost = pair.Recorder(pair.child(), '3');
     LambdaTask* main_wakeup = pair.Recorder(pair.parent(), 'B', {stop});
     LambdaTask* connection_lost =
         pair.Recorder(pair.child(), '2', {protocol_lost});
     LambdaTask* task_step = pair.Recorder(pair.parent(), 'A', {main_wakeup});
-    ASSERT_TRUE(rt.Spawn([&] {
-                    StartOn(pair.child(), [&](LambdaTask*) {
-                      pair.Record('1');
-                      task_step->Wake();
-                      connection_lost->Wake();
-                      return true;
-                    })->Unref();
-                  }).ok());
-    ASSERT_TRUE(pair.AwaitRecords(6));
-    EXPECT_EQ(pair.order(), "1A2B3S") << "round " << round;
-  }
-  rt.Shutdown();
+    return pair.Recorder(pair.child(), '1', {task_step, connection_lost});
+  });
 }
 
 // At one worker a round still takes in what a unit queued on its own
@@ -631,28 +625,14 @@ TEST(StrandTest, AtOneWorkerAStrandsPollRunsOnlyWhatWasQueuedBeforeIt) {
 // ran first and armed the next query's timeout, which the late callback
 // then cancelled (a 0.3 s timeout waited for the 30 s query).
 TEST(StrandTest, AtOneWorkerARoundTakesInWhatItsUnitsQueuedBeforeAWake) {
-  Runtime rt(TestConfig(1));
-  ASSERT_TRUE(rt.Start().ok());
-  for (int round = 0; round < 50; ++round) {
-    ParentAndChild pair(rt.executor());
+  ExpectOrder(1, 50, "12AP3", [](ParentAndChild& pair, task::Executor* plain) {
     LambdaTask* done_callback = pair.Recorder(pair.child(), '2');
     LambdaTask* task_step = pair.Recorder(pair.parent(), 'A');
-    LambdaTask* plain = pair.Recorder(rt.executor(), 'P');
+    LambdaTask* plain_unit = pair.Recorder(plain, 'P');
     LambdaTask* queued_after = pair.Recorder(pair.child(), '3');
-    ASSERT_TRUE(rt.Spawn([&] {
-                    StartOn(pair.child(), [&](LambdaTask*) {
-                      pair.Record('1');
-                      done_callback->Wake();
-                      task_step->Wake();
-                      plain->Wake();
-                      queued_after->Wake();
-                      return true;
-                    })->Unref();
-                  }).ok());
-    ASSERT_TRUE(pair.AwaitRecords(5));
-    EXPECT_EQ(pair.order(), "12AP3") << "round " << round;
-  }
-  rt.Shutdown();
+    return pair.Recorder(pair.child(), '1',
+                         {done_callback, task_step, plain_unit, queued_after});
+  });
 }
 
 // A parent's units never run while a child's do; children run in parallel
