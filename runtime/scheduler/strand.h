@@ -56,8 +56,10 @@ namespace mt::runtime::scheduler {
 // wakes an ancestor, the strand's units queued later wait for that
 // ancestor's next run: the woken unit goes first, as on a one-thread loop.
 // On an executor that keeps rounds (one worker) a poll runs only the units
-// queued before it began; what they queue here waits for the next poll,
-// as asyncio runs a callback's callbacks in its next iteration.
+// queued before it began, and those its units queued here before they woke
+// a unit elsewhere (NoteWake); what else they queue here waits for the next
+// poll, as asyncio runs a callback's callbacks in its next iteration, in
+// the order they were scheduled.
 //
 // Lifetime: reference counted through its unit state; each bound unit holds
 // one reference (Retain/Release), the creator another.

@@ -54,7 +54,8 @@ class Executor {
   // Whether units run in rounds, as asyncio's one thread runs its ready
   // queue: what a unit schedules runs after what was ready before it (a
   // lone worker in FIFO mode). A strand then runs per poll only the units
-  // queued on it before the poll began (scheduler::Strand::Poll).
+  // queued on it before the poll began, or before a wake its units made
+  // of a unit elsewhere (scheduler::Strand::Poll, Strand::NoteWake).
   virtual bool KeepsRounds() const { return false; }
 };
 
