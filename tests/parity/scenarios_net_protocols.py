@@ -3,7 +3,7 @@
 import socket
 
 from harness import aobserve, observe, scenario
-from net_common import TIMEOUT, make_recorder, port_of
+from net_common import TIMEOUT, echo_handler, make_recorder, port_of, serving
 
 
 async def _pair(aio, server_protocol_cls, client_protocol_cls, **server_kwargs):
@@ -638,6 +638,51 @@ async def proto_task_woken_by_data_runs_before_the_next_callback(aio):
     server.close()
     await aio.wait_for(server.wait_closed(), TIMEOUT)
     return sorted(set(seen))
+
+
+@scenario
+async def proto_done_callback_added_first_runs_before_the_awaiting_step(aio):
+    """A client protocol that finishes its request's waiter in
+    data_received, whose first done callback was added when the waiter was
+    made (asyncpg's protocol: _on_waiter_completed cancels the request's
+    timeout handle). The callback runs before the step of the task awaiting
+    the waiter, so it never finds the task's next request in place: run
+    after that step, it cancelled the next request's timeout instead."""
+    loop = aio.get_running_loop()
+
+    class Client(aio.Protocol):
+        def __init__(self):
+            self.waiter = None
+            self.timeout_handle = None
+            self.seen = []
+
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def request(self, payload):
+            self.waiter = loop.create_future()
+            self.timeout_handle = loop.call_later(TIMEOUT, lambda: None)
+            self.waiter.add_done_callback(self._on_waiter_completed)
+            self.transport.write(payload)
+            return self.waiter
+
+        def _on_waiter_completed(self, fut):
+            self.seen.append(fut is self.waiter)
+            self.timeout_handle.cancel()
+            self.timeout_handle = None
+
+        def data_received(self, data):
+            self.waiter.set_result(data)
+
+    async with serving(aio, echo_handler) as server:
+        transport, client = await loop.create_connection(
+            Client, "127.0.0.1", port_of(server))
+        answers = []
+        for i in range(100):
+            answers.append(await aio.wait_for(client.request(b"%03d" % i),
+                                              TIMEOUT))
+        transport.close()
+    return answers == [b"%03d" % i for i in range(100)], sorted(set(client.seen))
 
 
 @scenario
