@@ -199,7 +199,9 @@ void Scheduler::Schedule(task::Task* task, task::ScheduleKind kind) {
     CancelInline(task);
     return;
   }
-  if (KeepsRounds()) Strand::NoteWake(task);
+  // For a plain unit woken by a strand's unit (a strand woken was noted in
+  // Strand::Schedule, held or not; noting it again stores the same count).
+  Strand::NoteWake(task);
   if (Strand::HoldBehindHeldWakes(task, this, kind)) return;
   Worker* w = current_worker;
   if (w != nullptr && w->scheduler == this &&

@@ -233,14 +233,16 @@ Strand* Strand::Current() { return current_strand; }
 
 void Strand::NoteWake(const task::Task* woken) {
   Strand* poller = polling_strand;
-  // A hand-over is noted at the wake it follows, when it was held.
+  // A hand-over is noted at the wake it follows, when it was held. Noted
+  // whatever the executor: a thread-local look and a store to the poller's
+  // own field cost less than asking whether rounds are kept, and only a
+  // poll that keeps them reads it.
   if (poller == nullptr || handing_over || woken == poller) return;
   poller->queued_before_wake_ = poller->pushed_.load(std::memory_order_relaxed);
 }
 
 void Strand::Schedule(task::Task* task, task::ScheduleKind kind) {
-  if (polling_strand != nullptr && polling_strand != this && KeepsRounds())
-    NoteWake(this);
+  NoteWake(this);
   if (kind == task::ScheduleKind::kYield) {
     // The running unit gave way: Poll ends after it (see there).
     if (polling_strand == this) unit_yielded_ = true;

@@ -169,8 +169,8 @@ class Strand final : public task::Task, public task::Executor {
     const std::size_t outer_start_;  // The enclosing scope's start_.
   };
 
-  // Called by an executor keeping rounds (task::Executor::KeepsRounds)
-  // for every unit woken on this thread: when a strand's poll runs here
+  // Called for every unit woken on this thread (by Strand::Schedule and
+  // the scheduler's Schedule): when a strand's poll runs here
   // and `woken` is not that strand, remembers how many of the strand's
   // units were queued by then (they came before the wake). Its poll runs
   // those in this round: on a one-thread loop they run before the woken
@@ -244,8 +244,8 @@ class Strand final : public task::Task, public task::Executor {
   std::atomic<std::uint64_t> pushed_{0};
   bool cancelled_ = false;         // Guarded by mu_.
   // pushed_ at the last wake of another unit that this poll's units made
-  // (NoteWake), where the executor keeps rounds; only the thread polling
-  // this strand touches it.
+  // (NoteWake); read only where the executor keeps rounds. Only the
+  // thread polling this strand touches it.
   std::uint64_t queued_before_wake_ = 0;
   // Set by Schedule when the unit running in this strand's poll yields
   // (kYield: asyncio.sleep(0)); only that thread touches it.
